@@ -1,0 +1,48 @@
+"""Files a run leaves for people: sample image grids and the reward curve (matplotlib, headless)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+
+def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Path:
+    """Save (B, 3, H, W) images in [0, 1] as one PNG grid (upscaled so tiny images stay visible)."""
+    from torchvision.utils import make_grid, save_image
+
+    images = images.detach().float().cpu().clamp(0, 1)
+    scale = max(1, 128 // images.shape[-1])
+    if scale > 1:
+        images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="nearest")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_image(make_grid(images, nrow=nrow, padding=2, pad_value=1.0), path)
+    return path
+
+
+def plot_reward_curve(history: list[dict], path: str | Path, title: str = "") -> Path:
+    """``reward/mean`` (± std band) against step and against wall-clock seconds, side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in history if r.get("reward/mean") is not None]   # skipped (NaN) steps are logged as null
+    steps = [r["step"] for r in rows]
+    mean = [r["reward/mean"] for r in rows]
+    std = [r.get("reward/std") or 0.0 for r in rows]
+    wall = [r.get("time/wallclock_s", float("nan")) for r in rows]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
+    for ax, x, label in ((axes[0], steps, "step"), (axes[1], wall, "wall-clock (s)")):
+        ax.plot(x, mean, color="C0", lw=1.8)
+        ax.fill_between(x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
+                        color="C0", alpha=0.2, lw=0)
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("reward (mean ± std over samples)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,46 @@
+"""Per-step metrics to ``metrics.jsonl`` in the run directory and, when configured, to a dashboard backend.
+
+The metric names are a public interface (README "Metrics"): ``step``, ``reward/*``, ``adv/*``, ``loss``,
+``policy/*``, ``grad_norm``, ``lr``, ``time/*``, ``count/*``, ``health/*``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class RunLogger:
+    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.backend = backend
+        self.history: list[dict] = []
+        if resume and self.metrics_path.exists():
+            self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
+        elif self.metrics_path.exists():
+            self.metrics_path.unlink()
+
+    def truncate(self, last_step: int) -> None:
+        """Drop rows after ``last_step`` (a resumed run replays them from its checkpoint)."""
+        self.history = [r for r in self.history if r["step"] <= last_step]
+        self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+
+    def log(self, metrics: dict[str, float]) -> None:
+        row = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
+        row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+        self.history.append(row)
+        with self.metrics_path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+        if self.backend is not None:
+            self.backend.log({k: v for k, v in metrics.items()}, step=int(metrics["step"]))
+
+    def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
+        if self.backend is not None:
+            self.backend.log_image(key, path, step, caption)
+
+    def finish(self, exit_code: int = 0) -> None:
+        if self.backend is not None:
+            self.backend.finish(exit_code)

@@ -1,0 +1,66 @@
+"""Weights & Biases backend: run config = the full resolved Hydra config, group/tags from method, model, reward and
+the sweep, and the compute axes ``time/wallclock_s`` / ``time/gpu_hours`` registered with ``define_metric`` so
+dashboards can plot any metric against them. Offline unless an API key is present (``logger.mode=auto``)."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+MODES = ("auto", "online", "offline", "disabled")
+COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
+
+
+def resolve_mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ValueError(f"logger.mode must be one of {MODES} (got {mode!r})")
+    if mode != "auto":
+        return mode
+    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+
+
+class WandbLogger:
+    """Thin wrapper over a ``wandb`` run. ``run_id`` resumes an existing run (same id, no duplicated steps)."""
+
+    def __init__(self, run_dir: str | Path, run_config: dict[str, Any], project: str = "rewardflow",
+                 entity: str | None = None, mode: str = "auto", group: str | None = None,
+                 tags: list[str] | None = None, run_name: str | None = None, log_images: bool = True,
+                 run_id: str | None = None, name: str = "wandb"):
+        import wandb
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        self.mode = resolve_mode(mode)
+        self.log_images_enabled = log_images
+        self._wandb = wandb
+        self.run = wandb.init(project=project, entity=entity, dir=str(run_dir), mode=self.mode, config=run_config,
+                              group=group, tags=list(tags or []), name=run_name, id=run_id,
+                              resume="allow" if run_id else None, reinit="finish_previous")
+        self.run.define_metric("step")
+        for axis in COMPUTE_AXES:           # compute axes: selectable as x-axis, summarised by their max
+            self.run.define_metric(axis, step_metric="step", summary="max")
+        self.run.define_metric("*", step_metric="step")
+        where = getattr(self.run, "url", None) if self.mode == "online" else getattr(self.run, "dir", run_dir)
+        log.info("W&B run %s (%s): %s", self.run.id, self.mode, where)
+
+    @property
+    def run_id(self) -> str:
+        return self.run.id
+
+    @property
+    def location(self) -> str:
+        if self.mode == "online":
+            return str(self.run.url)
+        return str(Path(self.run.dir).parent)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log(dict(metrics), step=step)
+
+    def log_image(self, key: str, path: str | Path, step: int, caption: str = "") -> None:
+        if self.log_images_enabled:
+            self.run.log({key: self._wandb.Image(str(path), caption=caption)}, step=step)
+
+    def finish(self, exit_code: int = 0) -> None:
+        self.run.finish(exit_code=exit_code)

@@ -1,0 +1,50 @@
+"""GRPO advantages in the two reference definitions (spec jagg_grpo.md §C.1).
+
+* ``group`` (DanceGRPO): each run of G samples of a prompt is a group; ``A = (r - mean) / (std_unbiased + 1e-8)``.
+* ``prompt`` (Flow-GRPO ``PerPromptStatTracker``): rewards grouped by prompt string over the (gathered) batch;
+  ``A = (r - mean_prompt) / (std + 1e-4)`` with population std over the prompt's rewards, or over *all* rewards
+  when ``global_std`` is set.
+
+Both clamp to ``[-clip, clip]`` (``adv_clip_max`` = 5 in every official script).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+ADVANTAGE_MODES = ("group", "prompt")
+
+
+@dataclass
+class Advantages:
+    values: torch.Tensor          # (B,) clamped advantages
+    zero_std_frac: float          # fraction of groups whose rewards are all equal (no learning signal)
+
+
+def group_ids_from_keys(keys: list) -> torch.Tensor:
+    """Map hashable keys (prompt strings or group ids) to dense group indices in first-seen order."""
+    seen: dict = {}
+    return torch.tensor([seen.setdefault(k, len(seen)) for k in keys], dtype=torch.long)
+
+
+def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", global_std: bool = False,
+                       clip: float = 5.0) -> Advantages:
+    """Advantages for ``rewards`` (B,), grouped by ``keys`` (group ids for ``group`` mode, prompts for ``prompt``)."""
+    if mode not in ADVANTAGE_MODES:
+        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    r = rewards.to(torch.float64)
+    gid = group_ids_from_keys(keys).to(r.device)
+    n_groups = int(gid.max()) + 1
+    count = torch.zeros(n_groups, dtype=r.dtype, device=r.device).index_add_(0, gid, torch.ones_like(r))
+    mean = torch.zeros_like(count).index_add_(0, gid, r) / count
+    centred = r - mean[gid]
+    sq = torch.zeros_like(count).index_add_(0, gid, centred**2)
+    if mode == "group":
+        std = torch.sqrt(sq / (count - 1).clamp(min=1))[gid]           # torch .std(): ddof = 1
+        adv = centred / (std + 1e-8)
+    else:
+        std = (r.std(unbiased=False).expand_as(r) if global_std else torch.sqrt(sq / count)[gid])
+        adv = centred / (std + 1e-4)
+    zero_std = float(((sq / count) <= 1e-24).to(r.dtype).mean())
+    return Advantages(values=adv.clamp(-clip, clip).to(rewards.dtype), zero_std_frac=zero_std)

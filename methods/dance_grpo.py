@@ -1,0 +1,17 @@
+"""DanceGRPO (spec jagg_grpo.md §C.4): SDE at every step, and each sample trains its own random subset of
+floor(timestep_fraction (N - 1)) of its N - 1 trainable transitions (the last transition is never trained)."""
+from __future__ import annotations
+
+import torch
+
+from methods.grpo import GRPO
+
+
+class DanceGRPO(GRPO):
+    def num_trained(self) -> int:
+        return max(1, int(self.cfg.timestep_fraction * (self.sde.num_steps - 1)))
+
+    def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        b, n = stochastic.shape
+        perms = torch.stack([torch.randperm(n - 1, generator=generator) for _ in range(b)])
+        return perms[:, : self.num_trained()]

@@ -1,0 +1,46 @@
+"""Flow-GRPO-Fast (spec jagg_grpo.md §E): ODE sampling with one SDE window of ``window_size`` consecutive steps,
+whose start is drawn uniformly from ``[lo, hi - size]`` once per rollout batch; only the window is trained.
+Outside the window the step is exactly the ODE Euler step (g = 0)."""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.errors import ConfigError
+from methods.flow_grpo import FlowGRPO
+
+
+class FlowGRPOFast(FlowGRPO):
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        super().check_config(cfg)
+        m = cfg.method
+        n, size = m.sampling_steps, m.window_size
+        if len(m.window_range) != 2:
+            raise ConfigError(f"method.window_range must be [lo, hi] (got {list(m.window_range)})")
+        lo, hi = m.window_range
+        if size < 0:
+            raise ConfigError(f"method.window_size must be >= 0 (got {size}); 0 means the window (0, N-1)")
+        if size > 0 and not (0 <= lo <= hi - size and hi <= n - 1):
+            raise ConfigError(
+                f"method.window_range={[lo, hi]} with window_size={size} does not fit the schedule of "
+                f"sampling_steps={n}: need 0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} "
+                f"(the last step is never trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]")
+
+    def window(self, generator: torch.Generator) -> tuple[int, int]:
+        size = int(self.cfg.window_size)
+        if size == 0:
+            return 0, self.sde.num_steps - 1
+        lo, hi = (int(v) for v in self.cfg.window_range)
+        start = int(torch.randint(lo, hi - size + 1, (1,), generator=generator))
+        return start, size
+
+    def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        start, size = self.window(generator)
+        mask = torch.zeros(n, self.sde.num_steps, dtype=torch.bool)
+        mask[:, start:start + size] = True
+        return mask
+
+    def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        cols = stochastic[0].nonzero().flatten()
+        return cols.expand(stochastic.shape[0], -1).clone()

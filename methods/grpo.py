@@ -1,0 +1,181 @@
+"""Shared GRPO machinery for flow models (spec jagg_grpo.md §B–C): SDE rollouts with log-probs, advantages, the
+PPO-clipped loss with optional KL, and the per-(sample, step) backward. DanceGRPO, Flow-GRPO and Flow-GRPO-Fast
+differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_train_steps` and in config values.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.errors import ConfigError
+from methods.advantages import ADVANTAGE_MODES, compute_advantages
+from methods.base import Method, Rollout
+from methods.losses import kl_to_reference, ppo_clip_loss
+from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
+from methods.sde import NOISE_KERNELS, FlowSDEScheduler
+from models.backbone import Backbone
+
+
+def _require(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"method.{key}: {msg}")
+
+
+class GRPO(Method):
+    """GRPO over an SDE sampler. Subclasses choose which steps are stochastic and which are trained."""
+
+    def __init__(self, cfg: DictConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone.scheduler_config())
+        self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        m = cfg.method
+        _require(m.group_size >= 2, "group_size", f"must be >= 2 for group-relative advantages (got {m.group_size})")
+        _require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
+        _require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        _require(m.clip_range > 0, "clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
+        _require(m.adv_clip_max > 0, "adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
+        _require(m.eta > 0, "eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
+        _require(m.shift > 0, "shift", f"must be > 0 (got {m.shift})")
+        _require(m.kl_beta >= 0, "kl_beta", f"must be >= 0 (got {m.kl_beta})")
+        _require(0 < m.timestep_fraction <= 1, "timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
+        _require(m.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
+        _require(m.noise_kernel in NOISE_KERNELS, "noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
+        _require(m.advantage in ADVANTAGE_MODES, "advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
+        _require(m.decode in ("final", "pred_x0"), "decode", f"must be final or pred_x0 (got {m.decode!r})")
+        _require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        n = m.group_size * m.prompts_per_step
+        _require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
+                 f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+
+    @classmethod
+    def needs_reference(cls, method_cfg: DictConfig) -> bool:
+        return method_cfg.kl_beta > 0
+
+    # -- hooks for the baselines --------------------------------------------------------------------------------
+    def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """(n, N) bool: which transitions inject noise. Default: every step is an SDE step."""
+        return torch.ones(n, self.sde.num_steps, dtype=torch.bool)
+
+    def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        """(B, T) long: the transitions each sample trains."""
+        raise NotImplementedError
+
+    def model_time(self, sigma: torch.Tensor) -> torch.Tensor:
+        return quantize_model_time(sigma) if self.cfg.quantize_timestep else sigma
+
+    # -- rollout ------------------------------------------------------------------------------------------------
+    def _initial_noise(self, n_prompts: int, generator: torch.Generator) -> torch.Tensor:
+        g = int(self.cfg.group_size)
+        if self.cfg.init_same_noise:   # DanceGRPO: all G generations of a prompt start from the same latent
+            return self.backbone.initial_noise(n_prompts, generator).repeat_interleave(g, dim=0)
+        return self.backbone.initial_noise(n_prompts * g, generator)
+
+    @torch.no_grad()
+    def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        g, bb, sde = int(self.cfg.group_size), self.backbone, self.sde
+        expanded = [p for p in prompts for _ in range(g)]
+        keys = [k for k in range(len(prompts)) for _ in range(g)]
+        embeds = bb.encode_prompts(expanded)
+        x = self._initial_noise(len(prompts), generator)
+        b, n = x.shape[0], sde.num_steps
+        stochastic = self.stochastic_steps(b, generator)
+        traj = torch.empty((b, n + 1, *x.shape[1:]), dtype=torch.float32, device=x.device)
+        log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
+        traj[:, 0] = x
+        final = None
+        for i in range(n):
+            index = torch.full((b,), i, dtype=torch.long, device=x.device)
+            v = bb.velocity(x, self.model_time(sde.sigma(index)).float(), embeds)
+            noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
+            out = sde.step(x, v, index, stochastic[:, i].to(x.device), noise=noise)
+            if i == n - 1 and self.cfg.decode == "pred_x0":
+                final = sde.pred_x0(x, v, index)
+            x = out.prev_sample
+            traj[:, i + 1], log_probs[:, i] = x, out.log_prob
+        images = bb.decode(x if final is None else final).float()
+        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=images, latents=traj,
+                       log_probs=log_probs, train_steps=self.select_train_steps(stochastic, generator).to(x.device),
+                       extras={"stochastic": stochastic})
+
+    # -- advantages ---------------------------------------------------------------------------------------------
+    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
+        adv = compute_advantages(rollout.rewards, keys, self.cfg.advantage, self.cfg.global_std,
+                                 self.cfg.adv_clip_max)
+        rollout.advantages = adv.values.to(rollout.images.device)
+        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+
+    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
+        b = len(rollout)
+        order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
+        per_update = b // int(self.cfg.updates_per_rollout)
+        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch)))
+                for u in range(0, b, per_update)]
+
+    # -- loss ---------------------------------------------------------------------------------------------------
+    def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
+                  velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
+        """Per-sample GRPO loss of transition ``index`` given the policy's velocity (differentiable in it).
+
+        Returns ``(loss (m,), stats)``. Used by the exact backward here and by methods that compute upstream
+        gradients on detached velocities (JAGG).
+        """
+        x = rollout.latents[samples, index]
+        x_next = rollout.latents[samples, index + 1]
+        old = rollout.log_probs[samples, index]
+        log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
+        loss, stats = ppo_clip_loss(log_prob, old, rollout.advantages[samples], self.cfg.clip_range)
+        if ref_velocity is not None:
+            ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
+            delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+            kl = kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
+            loss = loss + self.cfg.kl_beta * kl
+            stats["kl"] = kl.detach()
+        return loss, stats
+
+    def velocity_at(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
+                    reference: bool = False) -> torch.Tensor:
+        x = rollout.latents[samples, index]
+        t = self.model_time(self.sde.sigma(index)).float()
+        embeds = rollout.embeds.select(samples)
+        if reference:
+            with torch.no_grad(), self.backbone.reference():
+                return self.backbone.velocity(x, t, embeds)
+        return self.backbone.velocity(x, t, embeds)
+
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+        """Exact per-step backward: one forward + backward per trained transition (spec §C.2), each loss divided by
+        ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
+        samples = samples.to(rollout.latents.device)
+        steps = rollout.train_steps[samples]
+        t_count = steps.shape[1]
+        totals: dict[str, float] = {}
+        for t in range(t_count):
+            index = steps[:, t]
+            ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
+            loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
+            (loss.sum() / (update_size * t_count)).backward()
+            accumulate_stats(totals, loss, stats, weight=1.0 / t_count)
+        return totals
+
+
+def accumulate_stats(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor],
+                     weight: float) -> None:
+    """Add per-sample sums (weighted, e.g. by 1/T) so the trainer can average them over samples."""
+    def add(key, value):
+        totals[key] = totals.get(key, 0.0) + weight * float(value)
+
+    add("loss", loss.detach().sum())
+    add("policy/clip_frac", stats["clipped"].sum())
+    add("policy/approx_kl", stats["approx_kl"].sum())
+    add("policy/ratio_mean", stats["ratio"].sum())
+    if "kl" in stats:
+        add("policy/kl_ref", stats["kl"].sum())
+    if not math.isfinite(totals["loss"]):
+        totals["nonfinite"] = 1.0

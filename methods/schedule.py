@@ -1,0 +1,49 @@
+"""Sigma schedules for rectified-flow sampling (spec jagg_grpo.md §A.2).
+
+Time runs from noise (sigma = 1) to data (sigma = 0); ``x_sigma = (1 - sigma) x0 + sigma eps``.
+Two schedules exist in the baselines and both are kept on purpose:
+
+* ``linear_shift`` (DanceGRPO, every model): ``s_i = 1 - i/N`` then the SD3 time shift.
+* ``scheduler`` (Flow-GRPO): the model family's diffusers ``FlowMatchEulerDiscreteScheduler``, whose endpoint is
+  shifted twice (a diffusers quirk the spec documents); we take its ``sigmas`` as they are.
+"""
+from __future__ import annotations
+
+import torch
+
+SCHEDULES = ("linear_shift", "scheduler")
+
+
+def time_shift(s: torch.Tensor, shift: float) -> torch.Tensor:
+    """SD3 time shift ``S s / (1 + (S - 1) s)``; S > 1 spends more steps at high noise."""
+    return shift * s / (1.0 + (shift - 1.0) * s)
+
+
+def linear_shift_sigmas(num_steps: int, shift: float) -> torch.Tensor:
+    """DanceGRPO schedule: N + 1 float64 sigmas from exactly 1 down to exactly 0."""
+    s = 1.0 - torch.arange(num_steps + 1, dtype=torch.float64) / num_steps
+    return time_shift(s, shift)
+
+
+def scheduler_sigmas(num_steps: int, shift: float, scheduler_config: dict | None = None) -> torch.Tensor:
+    """Sigmas of diffusers' flow-match Euler scheduler (static shift), with the final 0 appended by diffusers."""
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    config = dict(scheduler_config or {})
+    config.update(shift=shift, use_dynamic_shifting=False)
+    sched = FlowMatchEulerDiscreteScheduler.from_config(config)
+    sched.set_timesteps(num_steps)
+    return sched.sigmas.to(torch.float64)
+
+
+def make_sigmas(kind: str, num_steps: int, shift: float, scheduler_config: dict | None = None) -> torch.Tensor:
+    if kind == "linear_shift":
+        return linear_shift_sigmas(num_steps, shift)
+    if kind == "scheduler":
+        return scheduler_sigmas(num_steps, shift, scheduler_config)
+    raise ValueError(f"unknown sigma schedule {kind!r}; expected one of {SCHEDULES}")
+
+
+def quantize_model_time(sigma: torch.Tensor) -> torch.Tensor:
+    """DanceGRPO feeds the transformer floor(1000 sigma) / 1000 (spec §A.2); the SDE itself uses exact sigma."""
+    return torch.floor(sigma * 1000.0) / 1000.0

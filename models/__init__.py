@@ -1,0 +1,1 @@
+"""Model families behind one small interface (:class:`models.backbone.Backbone`)."""

@@ -1,0 +1,99 @@
+"""The interface every model family implements, so that methods never touch family details.
+
+A backbone owns the trainable transformer and its frozen companions (text encoders, VAE). Latents are kept in the
+form the transformer consumes (e.g. Flux's 2x2-packed tokens), so the SDE math and log-probs see exactly the
+tensor the model predicts for; ``decode`` undoes the packing.
+"""
+from __future__ import annotations
+
+import abc
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch import nn
+
+
+@dataclass
+class PromptEmbeds:
+    """Batched text conditioning: every tensor has the batch on dim 0 (shared tensors go in ``shared``)."""
+
+    tensors: dict[str, torch.Tensor]
+    shared: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def select(self, index: torch.Tensor | list[int]) -> "PromptEmbeds":
+        index = torch.as_tensor(index, dtype=torch.long)
+        return PromptEmbeds({k: v[index.to(v.device)] for k, v in self.tensors.items()}, self.shared)
+
+    @staticmethod
+    def cat(items: list["PromptEmbeds"]) -> "PromptEmbeds":
+        keys = items[0].tensors.keys()
+        return PromptEmbeds({k: torch.cat([it.tensors[k] for it in items]) for k in keys}, items[0].shared)
+
+    def to(self, device: torch.device | str) -> "PromptEmbeds":
+        return PromptEmbeds({k: v.to(device) for k, v in self.tensors.items()},
+                            {k: v.to(device) for k, v in self.shared.items()})
+
+    def __len__(self) -> int:
+        return next(iter(self.tensors.values())).shape[0]
+
+
+class Backbone(abc.ABC):
+    """A model family: prompt encoding, velocity, latent layout and decoding.
+
+    Attributes:
+        transformer: the trainable velocity network (wrapped by FSDP / peft as configured).
+        device: where the transformer runs.
+        name: family name used in logs.
+    """
+
+    transformer: nn.Module
+    device: torch.device
+    name: str = "backbone"
+
+    # -- conditioning -------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def encode_prompts(self, prompts: list[str]) -> PromptEmbeds:
+        """Text conditioning for ``prompts`` (cached per prompt string; text encoders are frozen)."""
+
+    # -- latents ------------------------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def latent_shape(self) -> tuple[int, ...]:
+        """Per-sample latent shape in the transformer's layout (no batch dim)."""
+
+    def initial_noise(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Standard normal fp32 latents of ``n`` samples (drawn on CPU so seeds give the same noise everywhere)."""
+        return torch.randn((n, *self.latent_shape), generator=generator, dtype=torch.float32).to(self.device)
+
+    @abc.abstractmethod
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        """Predicted velocity ``v = d x / d sigma`` for ``latents`` at noise level ``sigma`` (B,) in [0, 1].
+
+        The family's timestep scale (sigma vs 1000 sigma), guidance and packing are handled here.
+        """
+
+    @abc.abstractmethod
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] (or frames (B, F, 3, H, W) for video). Differentiable; callers that do
+        not need gradients wrap it in ``torch.no_grad``."""
+
+    # -- training -----------------------------------------------------------------------------------------------
+    def transformer_modules(self) -> list[nn.Module]:
+        """Every module that evaluates the velocity (the policy and a separate frozen reference, if any); the
+        trainer counts transformer passes on these."""
+        return [self.transformer]
+
+    def trainable_parameters(self) -> Iterator[nn.Parameter]:
+        return (p for p in self.transformer.parameters() if p.requires_grad)
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """Context in which :meth:`velocity` evaluates the frozen reference (pretrained) policy."""
+        raise NotImplementedError(f"{type(self).__name__} keeps no reference policy")
+        yield  # pragma: no cover
+
+    def scheduler_config(self) -> dict:
+        """The family's diffusers scheduler config, for ``method.schedule=scheduler``."""
+        return {}

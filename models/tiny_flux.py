@@ -1,0 +1,92 @@
+"""Tiny random twin of FLUX.1: the same diffusers/transformers classes at toy width, written to a folder with
+``save_pretrained`` and loaded back through :class:`models.flux.FluxBackbone`, so CPU runs exercise the production
+loading path. The twin is deterministic in its seed and cached under ``cache_dir``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from models.flux import FluxBackbone
+from models.tiny_pretrain import pretrain_vae
+from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
+
+# Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
+# single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).
+TRANSFORMER = dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=2, attention_head_dim=16,
+                   num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
+                   axes_dims_rope=[4, 4, 8], guidance_embeds=True)
+VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 2,
+           up_block_types=["UpDecoderBlock2D"] * 2, block_out_channels=(8, 16), layers_per_block=1,
+           latent_channels=4, norm_num_groups=4, use_quant_conv=False, use_post_quant_conv=False,
+           shift_factor=0.0609, scaling_factor=1.5035, sample_size=32)
+CLIP = dict(bos_token_id=0, eos_token_id=1, pad_token_id=1, hidden_size=32, intermediate_size=37,
+            layer_norm_eps=1e-5, num_attention_heads=4, num_hidden_layers=2, hidden_act="gelu",
+            projection_dim=32, max_position_embeddings=77)
+T5 = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
+          dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+          feed_forward_proj="gated-gelu", is_encoder_decoder=True)
+WORDS = ("a photo of an image painted in the colour color red green blue yellow cyan magenta white black "
+         "orange purple pink gray grey square circle cat dog tree house sky flower car with and on").split()
+VAE_PRETRAIN_STEPS = 300   # models/tiny_pretrain.py: makes saturated colours reachable (~10 s once)
+VERSION = 2                # bump when the recipe above changes, so cached twins are rebuilt
+
+
+def build_tiny_flux_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_STEPS):
+    """A ``FluxPipeline`` of tiny components: random transformer and text encoders, and a VAE pre-trained for
+    ``pretrain_steps`` on synthetic colour images (deterministic in ``seed``)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    torch.manual_seed(seed)
+    clip_tok = make_clip_tokenizer()
+    t5_tok = make_t5_tokenizer(list(WORDS))
+    pipe = FluxPipeline(
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        text_encoder=CLIPTextModel(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
+        text_encoder_2=T5EncoderModel(T5Config(vocab_size=len(t5_tok), **T5)).eval(),
+        tokenizer=clip_tok, tokenizer_2=t5_tok,
+        transformer=FluxTransformer2DModel(**TRANSFORMER),
+        vae=AutoencoderKL(**VAE))
+    if pretrain_steps:
+        pretrain_vae(pipe.vae, steps=pretrain_steps, seed=seed)
+    return pipe
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("REWARDFLOW_CACHE", Path.home() / ".cache" / "rewardflow"))
+
+
+def materialize_tiny_flux(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
+    """Write the twin once (atomically: temp dir + rename, so concurrent ranks never read a half-written folder)."""
+    key = hashlib.sha1(json.dumps([VERSION, seed, TRANSFORMER, VAE, CLIP, T5, VAE_PRETRAIN_STEPS], default=str).encode()).hexdigest()[:10]
+    target = Path(cache_dir or default_cache_dir()) / f"tiny_flux-{key}"
+    if (target / "model_index.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tiny_flux-", dir=target.parent))
+    try:
+        build_tiny_flux_pipeline(seed).save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not (target / "model_index.json").exists():   # another process won the race only if it finished
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class TinyFluxBackbone(FluxBackbone):
+    """``FluxBackbone`` over the tiny twin folder (built on first use)."""
+
+    name = "tiny_flux"
+
+    def __init__(self, seed: int = 0, cache_dir: str | None = None, path: str | None = None, **kwargs):
+        super().__init__(path=str(path or materialize_tiny_flux(cache_dir, seed)), **kwargs)

@@ -1,0 +1,46 @@
+"""Prompt-conditioned colour reward: how strongly the image shows the colour its prompt names.
+
+Cheap, differentiable and needs no download, so the CPU demo can show learning. A prompt must name exactly one of
+:data:`COLOURS` (checked up front). Score = ``1 - mean_pixels ||pixel - target||^2 / 3`` in [0, 1].
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from rewards.base import Reward
+
+COLOURS = {
+    "red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0), "yellow": (1.0, 1.0, 0.0),
+    "cyan": (0.0, 1.0, 1.0), "magenta": (1.0, 0.0, 1.0), "white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0),
+    "orange": (1.0, 0.5, 0.0), "purple": (0.5, 0.0, 0.5), "pink": (1.0, 0.75, 0.8), "gray": (0.5, 0.5, 0.5),
+    "grey": (0.5, 0.5, 0.5),
+}
+_WORD = re.compile(r"[a-z]+")
+
+
+def named_colours(prompt: str) -> list[str]:
+    return [w for w in _WORD.findall(prompt.lower()) if w in COLOURS]
+
+
+class ColorReward(Reward):
+    differentiable = True
+
+    def __init__(self, name: str = "color"):
+        super().__init__(name)
+        self.register_buffer("_table", torch.tensor(list(COLOURS.values())), persistent=False)
+        self._index = {c: i for i, c in enumerate(COLOURS)}
+
+    @classmethod
+    def check_prompts(cls, prompts: list[str]) -> None:
+        bad = [p for p in prompts if len(set(named_colours(p))) != 1]
+        if bad:
+            raise ValueError(f"reward=color needs every prompt to name exactly one colour of {sorted(COLOURS)}; "
+                             f"{len(bad)} do not, e.g. {bad[0]!r}. Fix: use data=demo or a prompt file that "
+                             f"names colours, or pick another reward")
+
+    def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        idx = torch.tensor([self._index[named_colours(p)[0]] for p in prompts], device=images.device)
+        target = self._table.to(images.device, images.dtype)[idx][:, :, None, None]
+        return 1.0 - ((images - target) ** 2).sum(1).mean((1, 2)) / 3.0

@@ -1,0 +1,117 @@
+"""Config composition over every group option and method x reward pair, and fail-fast validation (issue 2)."""
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import pytest
+from hydra.errors import ConfigCompositionException, MissingConfigException
+from omegaconf import OmegaConf
+
+from conftest import ROOT, compose, group_options, rewardflow_cmd
+from launcher.errors import ConfigError
+from launcher.trainer import RunInfo, Trainer
+from launcher.validate import validate
+from methods.grpo import GRPO
+
+GROUPS = ["method", "model", "reward", "data", "cluster", "logger", "experiment"]
+
+
+def valid_overrides(group: str, option: str, tmp_path) -> list[str]:
+    extra = []
+    if group == "data" and option == "file":
+        f = tmp_path / "prompts.txt"
+        f.write_text("a red square\na blue sky\n")
+        extra = [f"data.path={f}"]
+    return [f"{group}={option}", *extra]
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in group_options(g)])
+def test_every_option_composes_and_validates(group, option, tmp_path):
+    cfg = compose(valid_overrides(group, option, tmp_path))
+    OmegaConf.resolve(cfg)
+    assert cfg[group if group != "experiment" else "trainer"] is not None
+    validate(cfg)
+
+
+@pytest.mark.parametrize("method,reward", itertools.product(group_options("method"), group_options("reward")))
+def test_every_method_reward_pair_composes(method, reward):
+    cfg = compose([f"method={method}", f"reward={reward}"])
+    assert cfg.method.name == method
+    validate(cfg)
+
+
+def test_method_yaml_values_reach_the_config():
+    """The CPU-demo scale in train.yaml overrides only scale knobs; method semantics come from the method YAML."""
+    dance, flow, fast = (compose([f"method={m}"]).method for m in ("dance_grpo", "flow_grpo", "flow_grpo_fast"))
+    assert (dance.noise_kernel, dance.eta, dance.schedule, dance.advantage) == ("dance", 0.3, "linear_shift", "group")
+    assert dance.quantize_timestep and dance.init_same_noise and dance.decode == "pred_x0" and dance.kl_beta == 0
+    assert (flow.noise_kernel, flow.eta, flow.schedule, flow.advantage) == ("flow", 0.7, "scheduler", "prompt")
+    assert flow.timestep_fraction == 0.99 and flow.kl_beta == 0.04 and flow.clip_range == 1e-4
+    assert (fast.window_size, list(fast.window_range), fast.clip_range, fast.kl_beta) == (2, [0, 5], 1e-5, 0.0)
+    assert dance.group_size == 8 and dance.sampling_steps == 10     # CPU demo scale from train.yaml
+
+
+# ---------------------------------------------------------------------------------------- fail fast, clearly
+@pytest.fixture
+def no_model_building(monkeypatch):
+    """Any attempt to build a model fails the test: errors must come before that."""
+    def boom(*a, **k):
+        raise AssertionError("a model was built before the config was validated")
+    monkeypatch.setattr("models.flux.FluxBackbone.__init__", boom)
+
+
+class DifferentiableOnlyMethod(GRPO):
+    requires_differentiable_reward = True
+
+
+BAD = [
+    (["method.clip_range=-0.1"], "method.clip_range"),
+    (["method.clip_range=0"], "method.clip_range"),
+    (["method.group_size=1"], "method.group_size"),
+    (["method=flow_grpo_fast", "method.window_range=[0,12]"], "method.window_range"),
+    (["method=flow_grpo_fast", "method.window_size=4", "method.window_range=[2,5]"], "method.window_range"),
+    (["method.updates_per_rollout=3"], "method.updates_per_rollout"),
+    (["data=file", "data.path=/nonexistent/prompts.txt"], "data.path"),
+    (["data=file"], "data.path"),
+    (["data.prompts=[a photo of a cat]"], "reward=color"),
+    (["reward=jpeg", f"method._target_={__name__}.DifferentiableOnlyMethod"], "differentiable"),
+    (["trainer.steps=0"], "trainer.steps"),
+    (["optimizer.lr=-1"], "optimizer.lr"),
+]
+
+
+@pytest.mark.parametrize("overrides,key", BAD, ids=[k + ":" + ",".join(o) for o, k in BAD])
+def test_bad_values_fail_before_any_model_is_built(overrides, key, no_model_building, tmp_path):
+    cfg = compose(overrides)
+    with pytest.raises(ConfigError) as err:
+        Trainer(cfg, RunInfo(run_dir=tmp_path))
+    assert key in str(err.value)
+    assert "Fix" in str(err.value) or "must" in str(err.value)
+
+
+def test_unknown_option_and_key_fail_at_composition():
+    with pytest.raises(MissingConfigException, match="method/no_such_method"):
+        compose(["method=no_such_method"])
+    with pytest.raises(ConfigCompositionException):
+        compose(["method.no_such_key=1"])
+    with pytest.raises(ConfigCompositionException):
+        compose(["method.group_size=many"])
+
+
+def test_jsonl_prompt_file_and_field(tmp_path, no_model_building):
+    f = tmp_path / "p.jsonl"
+    f.write_text('{"text": "a red square"}\n{"text": "a blue sky"}\n')
+    assert validate(compose(["data=file", f"data.path={f}", "data.field=text"])) == ["a red square", "a blue sky"]
+    with pytest.raises(ConfigError, match="data.field"):
+        validate(compose(["data=file", f"data.path={f}"]))
+
+
+@pytest.mark.parametrize("args,key", [(["method.clip_range=-1"], "method.clip_range"),
+                                      (["method=nope"], "method/nope")])
+def test_cli_reports_a_message_not_a_traceback(args, key, tmp_path):
+    proc = subprocess.run([*rewardflow_cmd(), *args, f"hydra.run.dir={tmp_path}"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0
+    assert key in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,110 @@
+"""End-to-end runs of the shared trainer loop on the tiny Flux twin (in-process, seconds each)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from conftest import compose, group_options
+from launcher.trainer import RunInfo, Trainer, TrainingAborted
+from rewards.base import Reward
+
+METRICS = ["step", "reward/mean", "reward/std", "reward/zero_std_frac", "adv/abs_mean", "loss", "policy/clip_frac",
+           "policy/approx_kl", "grad_norm", "lr", "time/rollout_s", "time/reward_s", "time/update_s", "time/step_s",
+           "time/wallclock_s", "time/gpu_hours", "count/transformer_fwd", "count/transformer_bwd"]
+
+
+def run_smoke(tmp_path, overrides):
+    cfg = compose(["experiment=smoke", "logger=none", *overrides])
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    trainer.fit()
+    rows = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    return trainer, rows
+
+
+@pytest.mark.parametrize("method", group_options("method"))
+def test_each_method_trains_and_logs_every_metric(method, tmp_path):
+    trainer, rows = run_smoke(tmp_path, [f"method={method}", "trainer.sample_every=2"])
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        missing = [k for k in METRICS if k not in r]
+        assert not missing, f"{method}: missing metrics {missing}"
+        assert r["count/transformer_bwd"] > 0 and r["count/transformer_fwd"] > r["count/transformer_bwd"]
+    wall = [r["time/wallclock_s"] for r in rows]
+    assert wall == sorted(wall) and rows[-1]["time/gpu_hours"] == pytest.approx(wall[-1] / 3600)
+    assert (tmp_path / "reward_curve.png").stat().st_size > 1000
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_00000.png", "step_00002.png"]
+
+
+def test_transformer_pass_counts_follow_the_trained_step_rule(tmp_path):
+    """Counters on the model: rollout = B x N forwards; update = one forward + backward per trained transition."""
+    _, dance = run_smoke(tmp_path / "d", ["method=dance_grpo"])
+    b, n = 4, 6                                          # smoke: 2 prompts x 2 generations, 6 steps
+    trained = int(0.6 * (n - 1))                         # DanceGRPO: floor(0.6 (N - 1)) random transitions
+    assert dance[0]["count/transformer_fwd"] == b * n + b * trained
+    assert dance[0]["count/transformer_bwd"] == b * trained
+    _, fast = run_smoke(tmp_path / "f", ["method=flow_grpo_fast", "method.window_range=[0,4]"])
+    assert fast[0]["count/transformer_bwd"] == b * 2     # window of 2 SDE steps
+    _, flow = run_smoke(tmp_path / "g", ["method=flow_grpo", "method.kl_beta=0.1"])
+    t = int(0.99 * n)                                    # Flow-GRPO trains N - 1 steps; KL adds a reference forward
+    assert flow[0]["count/transformer_fwd"] == b * n + 2 * b * t and flow[0]["count/transformer_bwd"] == b * t
+    assert "policy/kl_ref" in flow[0]
+
+
+def test_lora_finetune_trains_only_the_adapter(tmp_path):
+    cfg = compose(["experiment=smoke", "logger=none", "model.finetune=lora", "model.lora_rank=4"])
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    named = dict(trainer.backbone.transformer.named_parameters())
+    before = {k: v.detach().clone() for k, v in named.items()}
+    trainer.fit()
+    changed = {k for k, v in named.items() if not torch.equal(v, before[k])}
+    assert changed and all("lora" in k for k in changed)
+    assert all(not v.requires_grad for k, v in named.items() if "lora" not in k)
+
+
+class NaNReward(Reward):
+    """Returns NaN for the first ``bad`` calls, then a finite score."""
+    calls = 0
+    bad = 10**9
+
+    def __init__(self, name="nan"):
+        super().__init__(name)
+
+    def score(self, images, prompts):
+        NaNReward.calls += 1
+        out = images.mean((1, 2, 3))
+        return out * float("nan") if NaNReward.calls <= NaNReward.bad else out
+
+
+def test_nonfinite_rewards_skip_updates_then_abort(tmp_path):
+    NaNReward.calls, NaNReward.bad = 0, 1
+    cfg = compose(["experiment=smoke", "logger=none", f"reward._target_={__name__}.NaNReward"])
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path / "one"))
+    params = [p.detach().clone() for p in trainer.params]
+    trainer.train_step(0)                                # NaN: no optimizer step
+    assert all(torch.equal(p, q) for p, q in zip(trainer.params, params))
+    assert trainer.logger.history[-1]["health/skipped_updates"] == 1
+    trainer.train_step(1)                                # finite again: trains, streak resets
+    assert trainer.logger.history[-1]["health/skipped_updates"] == 0 and trainer.nonfinite_in_a_row == 0
+
+    NaNReward.calls, NaNReward.bad = 0, 10**9
+    cfg = compose(["experiment=smoke", "logger=none", f"reward._target_={__name__}.NaNReward",
+                   "trainer.max_nonfinite_in_a_row=2", "trainer.steps=5"])
+    with pytest.raises(TrainingAborted, match="2 steps in a row"):
+        Trainer(cfg, RunInfo(run_dir=tmp_path / "abort")).fit()
+
+
+def test_nonfinite_loss_skips_the_optimizer_step(tmp_path, monkeypatch):
+    cfg = compose(["experiment=smoke", "logger=none"])
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    original = trainer.method.step_loss
+
+    def nan_loss(*a, **k):
+        loss, stats = original(*a, **k)
+        return loss * float("nan"), stats
+    monkeypatch.setattr(trainer.method, "step_loss", nan_loss)
+    params = [p.detach().clone() for p in trainer.params]
+    trainer.train_step(0)
+    assert all(torch.equal(p, q) for p, q in zip(trainer.params, params))
+    assert trainer.logger.history[-1]["health/skipped_updates"] == 2     # both DanceGRPO updates skipped
