@@ -7,9 +7,12 @@ import torch
 
 
 def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Path:
-    """Save (B, 3, H, W) images in [0, 1] as one PNG grid (upscaled so tiny images stay visible)."""
+    """Save (B, 3, H, W) images in [0, 1] as one PNG grid (upscaled so tiny images stay visible); videos
+    (B, F, 3, H, W) show their middle frame."""
     from torchvision.utils import make_grid, save_image
 
+    if images.dim() == 5:
+        images = images[:, images.shape[1] // 2]
     images = images.detach().float().cpu().clamp(0, 1)
     scale = max(1, 128 // images.shape[-1])
     if scale > 1:

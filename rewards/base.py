@@ -3,6 +3,9 @@
 A reward is an ``nn.Module`` mapping images in [0, 1] and their prompts to one score per image. It is frozen and
 declares whether its score is differentiable in the image, which gradient-based methods (adjoint matching) require;
 the composed config is checked against that declaration before any model is built.
+
+Videos (B, F, 3, H, W) are scored frame by frame and reduced per video: ``mean`` over frames, or ``topk_mean``, the
+mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the top 30%).
 """
 from __future__ import annotations
 
@@ -16,9 +19,13 @@ class Reward(nn.Module):
     #: whether ``score`` is differentiable with respect to the images (class attribute, read before building)
     differentiable: bool = False
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, frame_reduce: str = "mean", frame_topk_frac: float = 0.3):
         super().__init__()
+        if frame_reduce not in FRAME_REDUCTIONS:
+            raise ValueError(f"reward.frame_reduce must be one of {FRAME_REDUCTIONS} (got {frame_reduce!r})")
         self.name = name
+        self.frame_reduce = frame_reduce
+        self.frame_topk_frac = frame_topk_frac
 
     @classmethod
     def check_prompts(cls, prompts: list[str]) -> None:
@@ -28,8 +35,24 @@ class Reward(nn.Module):
         raise NotImplementedError
 
     def forward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        if images.dim() != 4 or images.shape[1] != 3:
-            raise ValueError(f"{self.name}: expected images (B, 3, H, W), got {tuple(images.shape)}")
         if len(prompts) != images.shape[0]:
             raise ValueError(f"{self.name}: {images.shape[0]} images but {len(prompts)} prompts")
+        if images.dim() == 5 and images.shape[2] == 3:
+            b, f = images.shape[:2]
+            frames = self.score(images.flatten(0, 1), [p for p in prompts for _ in range(f)]).view(b, f)
+            return reduce_frames(frames, self.frame_reduce, self.frame_topk_frac)
+        if images.dim() != 4 or images.shape[1] != 3:
+            raise ValueError(f"{self.name}: expected images (B, 3, H, W) or videos (B, F, 3, H, W), "
+                             f"got {tuple(images.shape)}")
         return self.score(images, prompts)
+
+
+FRAME_REDUCTIONS = ("mean", "topk_mean")
+
+
+def reduce_frames(scores: torch.Tensor, how: str = "mean", topk_frac: float = 0.3) -> torch.Tensor:
+    """Per-video score from per-frame scores (B, F)."""
+    if how == "mean":
+        return scores.mean(1)
+    k = max(1, int(round(topk_frac * scores.shape[1])))
+    return scores.topk(k, dim=1).values.mean(1)

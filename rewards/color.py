@@ -27,8 +27,8 @@ def named_colours(prompt: str) -> list[str]:
 class ColorReward(Reward):
     differentiable = True
 
-    def __init__(self, name: str = "color"):
-        super().__init__(name)
+    def __init__(self, name: str = "color", **frames):
+        super().__init__(name, **frames)
         self.register_buffer("_table", torch.tensor(list(COLOURS.values())), persistent=False)
         self._index = {c: i for i, c in enumerate(COLOURS)}
 

@@ -13,8 +13,8 @@ from rewards.base import Reward
 class JpegCompressibility(Reward):
     differentiable = False
 
-    def __init__(self, name: str = "jpeg_compressibility", quality: int = 95):
-        super().__init__(name)
+    def __init__(self, name: str = "jpeg_compressibility", quality: int = 95, **frames):
+        super().__init__(name, **frames)
         self.quality = quality
 
     @torch.no_grad()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from launcher.config import GRPOConfig
+from launcher.schemas.grpo import GRPOConfig
 from methods.flow_grpo import FlowGRPO
 from models.nfe_counter import NFECounter
 from models.tiny_flux import TinyFluxBackbone, build_tiny_flux_pipeline, materialize_tiny_flux

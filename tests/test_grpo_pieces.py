@@ -1,11 +1,10 @@
 """Spec jagg_grpo.md §G items 5, 15-17: clip masks, both advantage definitions, the Fast window, KL."""
 from __future__ import annotations
 
-import pytest
 import torch
 from omegaconf import OmegaConf
 
-from launcher.config import FlowGRPOFastConfig
+from launcher.schemas.grpo import FlowGRPOFastConfig
 from methods.advantages import compute_advantages
 from methods.flow_grpo_fast import FlowGRPOFast
 from methods.losses import kl_to_reference, ppo_clip_loss
@@ -115,3 +114,15 @@ def test_steps_outside_window_equal_euler():
                                        rtol=0, atol=1e-6)
             assert out.std.eq(0).all()
         x = out.prev_sample
+
+
+def test_video_rewards_score_frames_and_reduce():
+    from rewards.color import ColorReward
+
+    reward = ColorReward(frame_reduce="topk_mean", frame_topk_frac=0.5)
+    video = torch.zeros(2, 4, 3, 8, 8)
+    video[:, :2, 0] = 1.0                                   # first two frames pure red
+    frames = ColorReward()(video.flatten(0, 1), ["a red car"] * 8).view(2, 4)
+    torch.testing.assert_close(reward(video, ["a red car"] * 2), frames.topk(2, 1).values.mean(1))
+    torch.testing.assert_close(ColorReward()(video, ["a red car"] * 2), frames.mean(1))
+    assert float(reward(video, ["a red car"] * 2)[0]) == 1.0

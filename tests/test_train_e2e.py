@@ -68,8 +68,8 @@ class NaNReward(Reward):
     calls = 0
     bad = 10**9
 
-    def __init__(self, name="nan"):
-        super().__init__(name)
+    def __init__(self, name="nan", **frames):
+        super().__init__(name, **frames)
 
     def score(self, images, prompts):
         NaNReward.calls += 1

@@ -1,0 +1,1 @@
+"""Config-group schemas, one module per component family (see launcher.config)."""

@@ -1,0 +1,47 @@
+"""FSDP2 sharding of a family's transformer, torchtitan style: activation checkpointing, then ``fully_shard`` on
+each transformer block with an explicit ``MixedPrecisionPolicy``, and the root module last.
+
+Frozen encoders (text encoders, VAE) are never passed here: they stay replicated and outside the sharded model.
+LoRA adapters must be added *before* sharding (cpu_stack.md §5.1); FSDP2 handles frozen and trainable parameters
+mixed in one group.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+
+def mixed_precision_policy(device_type: str) -> MixedPrecisionPolicy:
+    """bf16 compute with fp32 gradient reduction on GPUs; plain fp32 on CPU (no bf16 hardware there)."""
+    if device_type == "cuda":
+        return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    return MixedPrecisionPolicy()
+
+
+def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh,
+                       mp_policy: MixedPrecisionPolicy | None = None, reshard_after_forward: bool = True,
+                       activation_checkpointing: bool = False) -> nn.Module:
+    """Shard every block in ``blocks`` as its own FSDP unit, then the root (which holds everything else)."""
+    if activation_checkpointing:
+        if not hasattr(model, "enable_gradient_checkpointing"):
+            raise ValueError(f"{type(model).__name__} has no gradient checkpointing support")
+        model.enable_gradient_checkpointing()
+    mp_policy = mp_policy or mixed_precision_policy(mesh.device_type)
+    for block in blocks:
+        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    return model
+
+
+def parallelize_flux(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
+    """FLUX.1: the double-stream ``transformer_blocks`` and single-stream ``single_transformer_blocks``."""
+    blocks = [*transformer.transformer_blocks, *transformer.single_transformer_blocks]
+    return parallelize_blocks(transformer, blocks, mesh, **kwargs)
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)
