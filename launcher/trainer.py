@@ -132,6 +132,9 @@ class Trainer:
                 metrics.update(method.prepare_update(rollout))
                 skipped, update_metrics = self._run_updates(rollout, generator)
                 metrics.update(update_metrics)
+        # components may report extra per-step metrics (e.g. reward/<component>, jagg/cos_group_<g>)
+        metrics.update(self.reward.step_metrics())
+        metrics.update(method.step_metrics())
         metrics["health/skipped_updates"] = skipped
         self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
 

@@ -9,6 +9,7 @@ The loop in :mod:`launcher.trainer` runs, for every step::
         for micro_batch in update:
             method.backward(rollout, micro_batch, n)    # forward + backward, grads accumulate
         clip, step, zero_grad
+    log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
 
 A method never copies the loop; it only fills these hooks.
 """
@@ -97,6 +98,10 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
         """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update."""
+
+    def step_metrics(self) -> dict[str, float]:
+        """Extra metrics of the step just run (after its updates), logged as they are (e.g. diagnostics)."""
+        return {}
 
     @abc.abstractmethod
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:

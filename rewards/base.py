@@ -34,6 +34,10 @@ class Reward(nn.Module):
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         raise NotImplementedError
 
+    def step_metrics(self) -> dict[str, float]:
+        """Extra metrics of the last call, logged by the trainer each step (e.g. ``reward/<component>``)."""
+        return {}
+
     def forward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         if len(prompts) != images.shape[0]:
             raise ValueError(f"{self.name}: {images.shape[0]} images but {len(prompts)} prompts")
