@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
+from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
@@ -38,6 +39,10 @@ def test_every_option_composes_and_validates(group, option, tmp_path):
 def test_every_method_reward_pair_composes(method, reward):
     cfg = compose([f"method={method}", f"reward={reward}"])
     assert cfg.method.name == method
+    if get_class(cfg.method._target_).requires_differentiable_reward and not get_class(cfg.reward._target_).differentiable:
+        with pytest.raises(ConfigError, match=f"method={method} needs a differentiable reward"):   # rejected up front
+            validate(cfg)
+        return
     validate(cfg)
 
 

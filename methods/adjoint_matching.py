@@ -1,0 +1,146 @@
+"""Adjoint Matching (Domingo-Enrich et al., ICLR 2025; spec eam.md §B) as a method of the shared trainer loop.
+
+One iteration, per sample (B = prompts_per_step x group_size):
+
+1. ``rollout``: K-step Euler–Maruyama memoryless SDE of the fine-tuned model from ``X_0 ~ N(0, I)`` on the uniform
+   grid ``t_k = k / K`` (offset schedule, K = ``sampling_steps`` = 40), storing every state (no gradients); the loss
+   timesteps are drawn here: the last ``loss_last_steps`` grid steps plus ``loss_random_steps`` random earlier ones.
+2. ``score``: the denoised last state ``X_hat_1 = X_{K-1} + h v_pre(X_{K-1})`` (``denoise_last_step``; else ``X_K``) is
+   decoded with gradients; the reward and ``grad r`` there.
+3. ``prepare_update``: the lean adjoint ODE ``a_K = -lambda grad r``, integrated backward with K VJPs of the frozen
+   base's memoryless drift (:class:`methods.lean_adjoint.LeanAdjointSolver`); keeps ``a_k`` and ``v_pre(X_k)`` (a
+   by-product of the VJP forward) at the loss timesteps.
+4. ``backward``: ``|| (2 / sigma_k) (v_theta(X_k) - v_pre(X_k)) + sigma_k a_k ||^2``, averaged over the sample's loss
+   timesteps, clipped per sample at ``loss_clip * lambda^2``.
+
+Transformer passes per sample: K + 1 forwards (rollout, denoising), K VJPs (forward + backward of the frozen model),
+``|S|`` forward + backward of the fine-tuned model for the loss.
+"""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from methods.base import Rollout
+from methods.lean_adjoint import LeanAdjointSolver
+from methods.memoryless import expand_time
+from methods.soc_base import SOCMethod, require
+from models.backbone import Backbone
+
+
+class AdjointMatching(SOCMethod):
+    def __init__(self, cfg: DictConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        self.num_steps = int(cfg.sampling_steps)
+        self.ts = self.schedule.grid(self.num_steps)
+        self.solver = LeanAdjointSolver(self.schedule)
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        super().check_config(cfg)
+        m = cfg.method
+        require(m.sigma_offset > 0, "sigma_offset", f"must be > 0 for the rollout (got {m.sigma_offset}): the "
+                f"memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
+        require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "loss_last_steps",
+                f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})")
+        require(m.loss_last_steps + m.loss_random_steps >= 1, "loss_last_steps",
+                "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
+
+    # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
+    def loss_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """(n, T) grid indices: the last ``min(loss_last_steps, K)`` steps and ``min(loss_random_steps, rest)``
+        distinct random earlier steps per sample (fewer when K is small, e.g. at CPU-demo scale)."""
+        k = self.num_steps
+        last = min(int(self.cfg.loss_last_steps), k)
+        rand = min(int(self.cfg.loss_random_steps), k - last)
+        tail = torch.arange(k - last, k).expand(n, -1)
+        if rand == 0:
+            return tail.clone()
+        early = torch.stack([torch.randperm(k - last, generator=generator)[:rand] for _ in range(n)])
+        return torch.cat([early.sort(dim=1).values, tail], dim=1)
+
+    # -- 1. rollout ---------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        expanded, keys = self.expand_prompts(prompts)
+        embeds = self.backbone.encode_prompts(expanded)
+        x = self.backbone.initial_noise(len(expanded), generator)
+        b, k = x.shape[0], self.num_steps
+        traj = torch.empty((b, k + 1, *x.shape[1:]), dtype=x.dtype, device=x.device)
+        traj[:, 0] = x
+        for i in range(k):
+            t = self.ts[i].expand(b)
+            v = self.velocity(x, t, embeds)
+            noise = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.device, x.dtype)
+            x = self.schedule.em_step(x, v, t, self.ts[i + 1] - self.ts[i], noise)
+            traj[:, i + 1] = x
+        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=traj,
+                       train_steps=self.loss_steps(b, generator).to(x.device))
+
+    # -- 2. reward and its gradient at the (denoised) endpoint --------------------------------------------------
+    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
+        traj, k = rollout.latents, self.num_steps
+        if self.cfg.denoise_last_step:
+            x_last = traj[:, k - 1]
+            t_last = self.ts[k - 1].expand(x_last.shape[0])
+            v = self.pretrained_velocity_batched(x_last, t_last, rollout.embeds)
+            x_hat = x_last + float(self.ts[k] - self.ts[k - 1]) * v
+        else:
+            x_hat = traj[:, k]
+        rewards, grads, images = self.reward_and_grad(reward, x_hat, rollout.prompts)
+        self.set_rewards(rollout, rewards, grads, images)
+        return rewards
+
+    # -- 3. lean adjoint ----------------------------------------------------------------------------------------
+    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        traj, steps = rollout.latents, rollout.train_steps
+        b, t_count = steps.shape
+        shape = traj.shape[2:]
+        adj = torch.empty((b, t_count, *shape), dtype=traj.dtype, device=traj.device)
+        v_pre = torch.empty_like(adj)
+
+        def vjp(k: int, a: torch.Tensor) -> torch.Tensor:
+            out = torch.empty_like(a)
+            t = self.ts[k].expand(b).to(traj.device)
+            for idx in self.chunks(b):
+                idx = idx.to(traj.device)
+                x = traj[idx, k].detach().requires_grad_(True)
+                with torch.enable_grad():
+                    v = self.pretrained_velocity(x, t[idx], rollout.embeds.select(idx))
+                    (g,) = torch.autograd.grad(v, x, grad_outputs=a[idx].to(v.dtype))
+                out[idx] = g.to(a.dtype)
+                rows, cols = (steps[idx] == k).nonzero(as_tuple=True)
+                if rows.numel():
+                    v_pre[idx[rows], cols] = v.detach()[rows].to(v_pre.dtype)
+            return out
+
+        def keep(k: int, a: torch.Tensor) -> None:
+            rows, cols = (steps == k).nonzero(as_tuple=True)
+            if rows.numel():
+                adj[rows, cols] = a[rows]
+            if k == self.num_steps:
+                self._step_metrics["soc/adjoint_norm_t1"] = float(a.flatten(1).norm(dim=1).mean())
+
+        a_terminal = -self.reward_scale * rollout.extras["reward_grad"]
+        a0 = self.solver.solve(vjp, self.ts, a_terminal, keep=keep)
+        rollout.extras.update(adjoint=adj, v_pre=v_pre)
+        self._step_metrics["soc/adjoint_norm_t0"] = float(a0.flatten(1).norm(dim=1).mean())
+        return {}
+
+    # -- 4. regression ------------------------------------------------------------------------------------------
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+        samples = samples.to(rollout.latents.device)
+        steps = rollout.train_steps[samples]
+        m, t_count = steps.shape
+        x = rollout.latents[samples[:, None], steps].flatten(0, 1)
+        t = self.ts.to(steps.device)[steps].flatten()
+        embeds = rollout.embeds.select(samples.repeat_interleave(t_count))
+        a = rollout.extras["adjoint"][samples].flatten(0, 1)
+        v_pre = rollout.extras["v_pre"][samples].flatten(0, 1)
+        v = self.velocity(x, t, embeds)
+        u = self.schedule.control(v, v_pre.to(v.dtype), t)
+        residual = u + expand_time(self.schedule.sigma(t), a) * a.to(u.dtype)
+        per_sample = self.squared_norm(residual).view(m, t_count).mean(1)
+        stats = self.finish_loss(per_sample, update_size)
+        stats["soc/control_norm"] = float(u.detach().flatten(1).norm(dim=1).view(m, t_count).mean(1).sum())
+        return stats

@@ -1,0 +1,151 @@
+"""What Adjoint Matching and EAM share as methods of the one trainer loop (spec eam.md §B–C).
+
+Both treat reward fine-tuning as stochastic optimal control: sample without gradients, take the reward's gradient
+at the endpoint (``score``, the reward phase: decode with gradients, reward, ``d r / d latent``), build regression
+targets for the control (``prepare_update``), and regress the fine-tuned velocity onto them (``backward``). The
+control is always the fine-tuned velocity minus a base velocity (:meth:`MemorylessSchedule.control`); the frozen
+pretrained model is ``backbone.reference()`` (LoRA: the same module with the adapter disabled; full fine-tuning: a
+frozen copy). Every velocity goes through the backbone family's time adapter (:mod:`methods.time_convention`).
+
+Loss conventions (both methods, spec §G.4): the squared norm of the control residual is **summed** over latent
+elements (``loss_reduction=sum``; ``mean`` divides by the number of elements) and **averaged** over a sample's loss
+timesteps; the optional per-sample clip caps that loss at ``loss_clip * reward_scale^2`` (AM's LCT = 1.6 lambda^2);
+clipped samples contribute no gradient. The update is the mean over samples.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.errors import ConfigError
+from methods.base import Method, Rollout
+from methods.memoryless import MemorylessSchedule
+from methods.time_convention import time_convention
+from models.backbone import Backbone, PromptEmbeds
+
+LOSS_REDUCTIONS = ("sum", "mean")
+
+
+def require(ok: bool, key: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"method.{key}: {msg}")
+
+
+class SOCMethod(Method):
+    """Base class of the adjoint methods (needs a differentiable reward and the frozen pretrained model)."""
+
+    requires_differentiable_reward = True
+
+    def __init__(self, cfg: DictConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        self.schedule = MemorylessSchedule(float(cfg.sigma_offset))
+        self.convention = time_convention(backbone)
+        self.reward_scale = float(cfg.reward_scale)
+        self._step_metrics: dict[str, float] = {}
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        m = cfg.method
+        require(m.reward_scale > 0, "reward_scale", f"must be > 0 (got {m.reward_scale}); it is the multiplier lambda "
+                f"of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for PickScore)")
+        require(m.group_size >= 1, "group_size", f"must be >= 1 (got {m.group_size})")
+        require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
+        require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        require(m.sigma_offset >= 0, "sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
+        require(m.loss_clip >= 0, "loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
+        require(m.loss_reduction in LOSS_REDUCTIONS, "loss_reduction",
+                f"must be one of {LOSS_REDUCTIONS} (got {m.loss_reduction!r})")
+        n = m.group_size * m.prompts_per_step
+        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
+                f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+
+    @classmethod
+    def needs_reference(cls, method_cfg: DictConfig) -> bool:
+        return True
+
+    # -- velocities in AM time ----------------------------------------------------------------------------------
+    def velocity(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        """Fine-tuned ``v_theta(x, t)`` (AM time; gradients flow if enabled)."""
+        return self.convention.velocity(self.backbone, x, t, embeds)
+
+    def pretrained_velocity(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        """Frozen ``v_pre(x, t)`` (the adapter disabled, or the frozen copy)."""
+        with self.backbone.reference():
+            return self.convention.velocity(self.backbone, x, t, embeds)
+
+    def chunks(self, n: int) -> list[torch.Tensor]:
+        """Sample indices in micro-batches of ``method.micro_batch`` (memory bound of every batched pass)."""
+        return list(torch.arange(n).split(int(self.cfg.micro_batch)))
+
+    @torch.no_grad()
+    def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        out = torch.empty_like(x)
+        t = t.to(x.device)
+        for idx in self.chunks(x.shape[0]):
+            idx = idx.to(x.device)
+            out[idx] = self.pretrained_velocity(x[idx], t[idx], embeds.select(idx)).to(x.dtype)
+        return out
+
+    # -- rollout helpers ----------------------------------------------------------------------------------------
+    def expand_prompts(self, prompts: list[str]) -> tuple[list[str], list[int]]:
+        g = int(self.cfg.group_size)
+        return [p for p in prompts for _ in range(g)], [k for k in range(len(prompts)) for _ in range(g)]
+
+    # -- the reward phase: rewards and their gradient at the endpoint ------------------------------------------
+    def reward_and_grad(self, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str]):
+        """``(r (B,), d r / d latents, images)``: decode with gradients, score, differentiate (per micro-batch)."""
+        rewards = torch.empty(latents.shape[0], dtype=torch.float32, device=latents.device)
+        grads = torch.empty_like(latents)
+        images = []
+        for idx in self.chunks(latents.shape[0]):
+            idx = idx.to(latents.device)
+            x = latents[idx].detach().requires_grad_(True)
+            with torch.enable_grad():
+                img = self.backbone.decode(x)
+                r = reward(img, [prompts[i] for i in idx.tolist()])
+                (g,) = torch.autograd.grad(r.sum(), x)
+            rewards[idx], grads[idx] = r.detach().float(), g.to(latents.dtype)
+            images.append(img.detach().float())
+        return rewards, grads, torch.cat(images)
+
+    def set_rewards(self, rollout: Rollout, rewards: torch.Tensor, grads: torch.Tensor, images: torch.Tensor) -> None:
+        rollout.rewards, rollout.images = rewards, images
+        rollout.extras["reward_grad"] = grads
+        norm = grads.flatten(1).norm(dim=1)
+        self._step_metrics = {"soc/reward_grad_norm": float(norm.mean()),
+                              "soc/scaled_reward_grad_norm": float(self.reward_scale * norm.mean())}
+
+    # -- updates ------------------------------------------------------------------------------------------------
+    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
+        b = len(rollout)
+        per_update = b // int(self.cfg.updates_per_rollout)
+        return [list(torch.arange(u, u + per_update).split(int(self.cfg.micro_batch)))
+                for u in range(0, b, per_update)]
+
+    def squared_norm(self, residual: torch.Tensor) -> torch.Tensor:
+        """Per-row squared norm of a residual, summed (or averaged) over latent elements, in >= fp32."""
+        r = residual.flatten(1).to(torch.promote_types(residual.dtype, torch.float32))
+        sq = (r ** 2).sum(1)
+        return sq / r.shape[1] if self.cfg.loss_reduction == "mean" else sq
+
+    def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, float]:
+        """Clip per-sample losses, backpropagate their mean over the update, return the trainer's statistic sums."""
+        threshold = float(self.cfg.loss_clip) * self.reward_scale ** 2
+        clipped = torch.zeros_like(per_sample, dtype=torch.bool)
+        loss = per_sample
+        if threshold > 0:
+            clipped = per_sample.detach() > threshold
+            loss = torch.where(clipped, torch.full_like(per_sample, threshold), per_sample)
+        (loss.sum() / update_size).backward()
+        total = float(per_sample.detach().sum())
+        stats = {"loss": total, "soc/loss_clipped_frac": float(clipped.sum())}
+        if not math.isfinite(total):
+            stats["nonfinite"] = 1.0
+        return stats
+
+    def step_metrics(self) -> dict[str, float]:
+        return dict(self._step_metrics)

@@ -1,0 +1,210 @@
+"""A Gaussian toy backbone whose pretrained velocity is known in closed form (spec eam.md §F.4).
+
+The "pretrained model" generates ``N(mu0, diag(var0))`` in ``dim`` dimensions: its rectified-flow velocity is
+analytic, ``v_AM(x, t) = mu + V_t' / (2 V_t) (x - t mu)`` with ``V_t = t^2 var0 + (1 - t)^2``. The trainable
+"transformer" is that analytic velocity plus a small MLP of ``(x, time features)`` whose output layer starts at zero,
+so the fine-tuned model starts exactly at the pretrained one. Fine-tuning is ``full`` (every MLP weight; the frozen
+base is a copy) or ``lora`` (peft adapters on the MLP's linear layers; the base is the same module with the adapters
+disabled) -- the same two modes, and the same ``reference()`` contract, as the real families.
+
+It plugs into the trainer like any backbone: prompts are ignored (unconditional), ``velocity`` follows the sigma
+convention of :class:`models.backbone.Backbone` (``d x / d sigma``, sigma = 1 noise), and ``decode`` shows a latent
+of ``dim = 3 k`` numbers as a (3, 1, k) "image" whose pixel values are the coordinates themselves (not clamped), so a
+reward on images is a function of the latent. Computations run in ``dtype`` (float64 by default).
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+from typing import Iterator, Sequence
+
+import torch
+from torch import nn
+
+from models.backbone import Backbone, PromptEmbeds
+
+FINETUNE_MODES = ("full", "lora")
+
+
+def _per_dim(values: Sequence[float] | float, dim: int, what: str) -> torch.Tensor:
+    v = torch.as_tensor(values, dtype=torch.float64).flatten()
+    if v.numel() == 1:
+        return v.expand(dim).clone()
+    if v.numel() != dim:
+        raise ValueError(f"model.{what} needs 1 or dim={dim} values (got {v.numel()})")
+    return v
+
+
+def gaussian_velocity_am(x: torch.Tensor, t: torch.Tensor, mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Rectified-flow velocity of data ``N(mu, diag var)`` in AM time (x: (B, d), t: (B,))."""
+    t = t.to(x.dtype)[:, None]
+    mu, var = mu.to(x.dtype), var.to(x.dtype)
+    v_t = t ** 2 * var + (1 - t) ** 2
+    dv_t = 2 * t * var - 2 * (1 - t)
+    return mu + dv_t / (2 * v_t) * (x - t * mu)
+
+
+def gaussian_score(x: torch.Tensor, t: torch.Tensor, mu: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """Score of the marginal ``N(t mu, t^2 var + (1 - t)^2)`` at AM time ``t``."""
+    t = t.to(x.dtype)[:, None]
+    mu, var = mu.to(x.dtype), var.to(x.dtype)
+    return -(x - t * mu) / (t ** 2 * var + (1 - t) ** 2)
+
+
+class ToyVelocityNet(nn.Module):
+    """``velocity(x, sigma) = -v_AM^pre(x, 1 - sigma) + MLP(x, features(sigma))`` (sigma convention).
+
+    The MLP's linear layers are named ``net.0``, ``net.2``, ... (LoRA targets); its last layer is zero-initialised.
+    """
+
+    def __init__(self, dim: int, mu0: torch.Tensor, var0: torch.Tensor, hidden: int = 64, depth: int = 2,
+                 num_frequencies: int = 4, seed: int = 0):
+        super().__init__()
+        self.dim, self.num_frequencies = dim, num_frequencies
+        self.register_buffer("mu0", mu0.clone())
+        self.register_buffer("var0", var0.clone())
+        gen = torch.Generator().manual_seed(seed)
+        layers: list[nn.Module] = []
+        width = dim + 1 + 2 * num_frequencies
+        for _ in range(depth):
+            layers += [nn.Linear(width, hidden), nn.SiLU()]
+            width = hidden
+        layers.append(nn.Linear(width, dim))
+        self.net = nn.Sequential(*layers)
+        with torch.no_grad():
+            for m in self.net:
+                if isinstance(m, nn.Linear):
+                    bound = 1.0 / math.sqrt(m.in_features)
+                    m.weight.uniform_(-bound, bound, generator=gen)
+                    m.bias.uniform_(-bound, bound, generator=gen)
+            self.net[-1].weight.zero_()
+            self.net[-1].bias.zero_()
+
+    def time_features(self, sigma: torch.Tensor) -> torch.Tensor:
+        k = torch.arange(1, self.num_frequencies + 1, dtype=sigma.dtype, device=sigma.device)
+        ang = math.pi * sigma[:, None] * k
+        return torch.cat([sigma[:, None], torch.sin(ang), torch.cos(ang)], dim=1)
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor) -> torch.Tensor:
+        x, sigma = hidden_states, timestep.to(hidden_states.dtype)
+        pretrained = -gaussian_velocity_am(x, 1.0 - sigma, self.mu0, self.var0)
+        return pretrained + self.net(torch.cat([x, self.time_features(sigma)], dim=1))
+
+
+class ToyGaussianBackbone(Backbone):
+    """Backbone over :class:`ToyVelocityNet` (see the module docstring).
+
+    Args:
+        dim: latent dimension (a multiple of 3).
+        mu0, var0: mean and variance of the pretrained law (one value for every dimension, or ``dim`` values).
+        hidden, depth, num_frequencies: MLP width, hidden layers, Fourier features of the time.
+        finetune: ``full`` or ``lora``; lora_rank/lora_alpha/lora_targets: the peft adapter (targets default to every
+            linear layer of the MLP).
+        keep_reference: keep the frozen pretrained policy (LoRA: adapters disabled; full: a frozen copy).
+        seed: MLP initialisation.
+    """
+
+    name = "toy_gaussian"
+
+    def __init__(self, dim: int = 3, mu0: Sequence[float] | float = 0.5, var0: Sequence[float] | float = 0.6,
+                 hidden: int = 64, depth: int = 2, num_frequencies: int = 4, finetune: str = "full",
+                 lora_rank: int = 8, lora_alpha: float = 8.0, lora_targets: Sequence[str] | None = None,
+                 keep_reference: bool = False, seed: int = 0, device: str = "cpu", dtype: str = "float64",
+                 name: str | None = None):
+        if dim % 3:
+            raise ValueError(f"model.dim must be a multiple of 3 (decoded as a 3-channel image), got {dim}")
+        if finetune not in FINETUNE_MODES:
+            raise ValueError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
+        self.name = name or self.name
+        self.device = torch.device(device)
+        self.dtype = {"float64": torch.float64, "fp64": torch.float64, "float32": torch.float32,
+                      "fp32": torch.float32}[dtype]
+        self.dim = dim
+        self.mu0, self.var0 = _per_dim(mu0, dim, "mu0"), _per_dim(var0, dim, "var0")
+        if not bool((self.var0 > 0).all()):
+            raise ValueError(f"model.var0 must be > 0 (got {self.var0.tolist()})")
+        self.transformer = ToyVelocityNet(dim, self.mu0, self.var0, hidden, depth, num_frequencies, seed)
+        self.transformer.to(device=self.device, dtype=self.dtype)
+        self.finetune = finetune
+        self._reference_model = None
+        if finetune == "lora":
+            from peft import LoraConfig, inject_adapter_in_model
+
+            targets = list(lora_targets) if lora_targets else [
+                f"net.{i}" for i, m in enumerate(self.transformer.net) if isinstance(m, nn.Linear)]
+            self.transformer.requires_grad_(False)
+            inject_adapter_in_model(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
+                                               target_modules=targets), self.transformer)
+            self.transformer.to(device=self.device, dtype=self.dtype)
+        else:
+            self.transformer.requires_grad_(True)
+            if keep_reference:
+                self._reference_model = copy.deepcopy(self.transformer).requires_grad_(False).eval()
+        self._active = self.transformer
+
+    # -- the analytic pretrained law (for tests and benchmarks) ------------------------------------------------
+    def pretrained_law(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu0, var0)`` per dimension (float64)."""
+        return self.mu0.clone(), self.var0.clone()
+
+    def pretrained_velocity_am(self, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return gaussian_velocity_am(x, t, self.mu0.to(x.device), self.var0.to(x.device))
+
+    @torch.no_grad()
+    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n`` samples of the current (fine-tuned) model: Heun's 2nd-order ODE solver over ``steps`` uniform sigma
+        steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler)."""
+        x = self.initial_noise(n, generator)
+        embeds = self.encode_prompts([""] * n)
+        sigmas = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+        for i in range(steps):
+            s, s_next = sigmas[i].expand(n), sigmas[i + 1].expand(n)
+            d = self.velocity(x, s, embeds)
+            x_pred = x + (sigmas[i + 1] - sigmas[i]).item() * d
+            d_next = self.velocity(x_pred, s_next, embeds)
+            x = x + (sigmas[i + 1] - sigmas[i]).item() * 0.5 * (d + d_next)
+        return x
+
+    # -- Backbone interface -------------------------------------------------------------------------------------
+    def encode_prompts(self, prompts: list[str]) -> PromptEmbeds:
+        return PromptEmbeds({"null": torch.zeros(len(prompts), 1, device=self.device, dtype=self.dtype)})
+
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        return (self.dim,)
+
+    def initial_noise(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.randn((n, self.dim), generator=generator, dtype=torch.float64).to(self.device, self.dtype)
+
+    def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        out = self._active(hidden_states=latents.to(self.dtype), timestep=sigma.to(self.device, self.dtype))
+        return out.to(latents.dtype)
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return latents.reshape(latents.shape[0], 3, 1, self.dim // 3)
+
+    def transformer_modules(self) -> list[nn.Module]:
+        return [self.transformer] + ([self._reference_model] if self._reference_model is not None else [])
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        if self.finetune == "lora":
+            from peft.tuners.tuners_utils import BaseTunerLayer
+
+            layers = [m for m in self.transformer.modules() if isinstance(m, BaseTunerLayer)]
+            for m in layers:
+                m.enable_adapters(False)
+            try:
+                yield
+            finally:
+                for m in layers:
+                    m.enable_adapters(True)
+        else:
+            if self._reference_model is None:
+                raise RuntimeError("no reference policy was kept: build the backbone with keep_reference=True")
+            self._active = self._reference_model
+            try:
+                yield
+            finally:
+                self._active = self.transformer

@@ -1,0 +1,226 @@
+#!/usr/bin/env python
+"""EAM versus Adjoint Matching: per-iteration cost side by side, and reward against wall-clock (issue 5).
+
+Three parts, all on the CPU, each through the shared trainer loop (``Trainer.train_step``):
+
+1. ``cost``: the same tiny Flux twin, the same batch and the same prompts/seeds for every method, one training
+   iteration of each method in turn (the order alternates every round), after warm-up. Methods: Adjoint Matching at
+   the paper's setting (K = 40 memoryless SDE steps, 10 + 10 loss steps), EAM at its defaults (10-step endpoint,
+   K_t = 4 loss times) and EAM in AM-parity mode (K_t = 20 on AM's grid). Per-iteration wall-clock (median) and
+   transformer passes per sample (forwards + backwards, counted on the model).
+2. ``toy``: experiment=toy_eam and experiment=toy_am (the Gaussian problem with a known answer): reward/mean and the
+   error of the samples' mean/variance against the analytic tilted target, against training wall-clock; the
+   wall-clock at which each first gets within 0.05 of the target.
+3. ``demo``: the CPU demo (tiny Flux twin, reward=color, CPU-demo batch) for each method: reward/mean against
+   wall-clock; the rewards both reach at the same wall-clock.
+
+The last output line is one JSON object with every figure (``iter_time_ratio_am_over_eam`` and
+``nfe_ratio_am_over_eam`` first). Run: ``.venv/bin/python scripts/bench_eam.py`` (about 10 min on 2 free cores;
+``--parts cost`` takes about a minute).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
+                  HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+
+import torch  # noqa: E402
+
+COST_VARIANTS = {
+    "eam": ["method=eam"],
+    "eam_parity": ["method=eam", "method.loss_timesteps=20", "method.time_sampling=am_grid",
+                   "method.sampling_steps=40"],
+    "adjoint_matching": ["method=adjoint_matching", "method.sampling_steps=40"],
+}
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+def make_trainer(overrides: list[str]):
+    from launcher.cli import _quiet_libraries
+    from launcher.trainer import RunInfo, Trainer
+
+    _quiet_libraries()
+    cfg = compose(["logger=none", "trainer.progress=false", "trainer.sample_every=0", *overrides])
+    return Trainer(cfg, RunInfo(run_dir=Path(tempfile.mkdtemp(prefix="bench_eam_"))))
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------- 1. cost
+def bench_cost(args) -> dict:
+    b = args.prompts * args.group
+    common = [f"trainer.threads={args.threads}", f"method.prompts_per_step={args.prompts}",
+              f"method.group_size={args.group}", f"method.micro_batch={b}", f"model.finetune={args.finetune}"]
+    trainers = {name: make_trainer([*ov, *common]) for name, ov in COST_VARIANTS.items()}
+    names = list(trainers)
+    rec: dict[str, list[dict]] = {n: [] for n in names}
+    for r in range(args.warmup + args.rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            m = trainers[name].train_step(r)
+            if r >= args.warmup:
+                rec[name].append(m)
+    say(f"\n== 1. per-iteration cost: tiny Flux twin ({args.finetune}), reward=color, {b} samples per iteration, "
+        f"{args.rounds} alternating rounds after {args.warmup} warm-up ==")
+    say(f"{'method':<18}{'s/iter (median)':>16}{'rollout s':>11}{'reward s':>10}{'update s':>10}"
+        f"{'fwd/sample':>12}{'bwd/sample':>12}{'NFE/sample':>12}")
+    out = {}
+    for name in names:
+        rows = rec[name]
+        med = {k: statistics.median(r[k] for r in rows) for k in ("time/step_s", "time/rollout_s", "time/reward_s",
+                                                                  "time/update_s")}
+        fwd, bwd = rows[-1]["count/transformer_fwd"] / b, rows[-1]["count/transformer_bwd"] / b
+        out[name] = {"iter_s": med["time/step_s"], "fwd": fwd, "bwd": bwd, "nfe": fwd + bwd}
+        say(f"{name:<18}{med['time/step_s']:>16.3f}{med['time/rollout_s']:>11.3f}{med['time/reward_s']:>10.3f}"
+            f"{med['time/update_s']:>10.3f}{fwd:>12.0f}{bwd:>12.0f}{fwd + bwd:>12.0f}")
+    am, eam, par = out["adjoint_matching"], out["eam"], out["eam_parity"]
+    res = {"iter_time_ratio_am_over_eam": am["iter_s"] / eam["iter_s"],
+           "nfe_ratio_am_over_eam": am["nfe"] / eam["nfe"],
+           "iter_time_ratio_am_over_eam_parity": am["iter_s"] / par["iter_s"],
+           "nfe_ratio_am_over_eam_parity": am["nfe"] / par["nfe"],
+           "am_iter_s": am["iter_s"], "eam_iter_s": eam["iter_s"], "eam_parity_iter_s": par["iter_s"],
+           "am_nfe_per_sample": am["nfe"], "eam_nfe_per_sample": eam["nfe"], "eam_parity_nfe_per_sample": par["nfe"]}
+    say(f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration, "
+        f"{res['nfe_ratio_am_over_eam']:.2f}x transformer passes; AM / EAM-parity (K_t = 20): "
+        f"{res['iter_time_ratio_am_over_eam_parity']:.2f}x, {res['nfe_ratio_am_over_eam_parity']:.2f}x")
+    return res
+
+
+# -------------------------------------------------------------------------------------------------- 2. toy
+def toy_errors(trainer) -> tuple[float, float]:
+    bb = trainer.backbone
+    x = bb.ode_samples(5000, steps=30, generator=torch.Generator().manual_seed(7))
+    mu0, var0 = bb.pretrained_law()
+    mu_t, var_t = trainer.reward.tilted_gaussian(mu0, var0, float(trainer.cfg.method.reward_scale))
+    return float((x.mean(0) - mu_t).abs().max()), float((x.var(0) - var_t).abs().max())
+
+
+def bench_toy(args) -> dict:
+    say(f"\n== 2. Gaussian toy (experiment=toy_eam / toy_am, {args.toy_steps} steps each): reward and distance to "
+        f"the analytic tilted target against training wall-clock ==")
+    out = {}
+    for name, exp in (("eam", "toy_eam"), ("adjoint_matching", "toy_am")):
+        trainer = make_trainer([f"experiment={exp}", f"trainer.steps={args.toy_steps}"])
+        mu0, var0 = trainer.backbone.pretrained_law()
+        mu_t, var_t = trainer.reward.tilted_gaussian(mu0, var0, float(trainer.cfg.method.reward_scale))
+        y = trainer.reward._target.double().expand(3)
+        optimum = float(-0.5 * trainer.reward.gamma * (var_t + (mu_t - y) ** 2).sum())
+        say(f"-- {name}: expected reward at the target {optimum:.3f}")
+        say(f"{'step':>6}{'wall s':>9}{'reward/mean':>13}{'max|dmean|':>12}{'max|dvar|':>11}")
+        hit, curve = None, []
+        for step in range(args.toy_steps):
+            m = trainer.train_step(step)
+            if (step + 1) % args.toy_eval_every == 0 or step == 0:
+                dm, dv = toy_errors(trainer)
+                wall = m["time/wallclock_s"]
+                curve.append((step + 1, wall, m["reward/mean"], dm, dv))
+                say(f"{step + 1:>6}{wall:>9.2f}{m['reward/mean']:>13.3f}{dm:>12.4f}{dv:>11.4f}")
+                if hit is None and dm < 0.05 and dv < 0.05:
+                    hit = wall
+        out[name] = {"final_dmean": curve[-1][3], "final_dvar": curve[-1][4], "wall_s": curve[-1][1],
+                     "time_to_target_s": hit, "s_per_iter": curve[-1][1] / args.toy_steps}
+        say(f"   within 0.05 of the target after {hit if hit is None else round(hit, 2)} s of training")
+    e, a = out["eam"], out["adjoint_matching"]
+    res = {"toy_eam_final_dmean": e["final_dmean"], "toy_eam_final_dvar": e["final_dvar"],
+           "toy_am_final_dmean": a["final_dmean"], "toy_am_final_dvar": a["final_dvar"],
+           "toy_eam_time_to_target_s": e["time_to_target_s"], "toy_am_time_to_target_s": a["time_to_target_s"],
+           "toy_iter_time_ratio_am_over_eam": a["s_per_iter"] / e["s_per_iter"]}
+    if e["time_to_target_s"] and a["time_to_target_s"]:
+        res["toy_time_to_target_ratio_am_over_eam"] = a["time_to_target_s"] / e["time_to_target_s"]
+    return res
+
+
+# ------------------------------------------------------------------------------------------------- 3. demo
+def bench_demo(args) -> dict:
+    say(f"\n== 3. CPU demo (tiny Flux twin, reward=color, CPU-demo batch of 32, {args.demo_steps} steps each; AM at "
+        f"K = 40): reward/mean against wall-clock ==")
+    curves = {}
+    for name, ov in (("eam", ["method=eam"]), ("adjoint_matching", ["method=adjoint_matching",
+                                                                     "method.sampling_steps=40"])):
+        trainer = make_trainer([*ov, f"trainer.steps={args.demo_steps}", f"trainer.threads={args.threads}",
+                                *args.demo_overrides])
+        curve = []
+        for step in range(args.demo_steps):
+            m = trainer.train_step(step)
+            curve.append((m["time/wallclock_s"], m["reward/mean"]))
+        curves[name] = curve
+        k = max(1, min(5, len(curve) // 4))
+        first, last = statistics.mean(r for _, r in curve[:k]), statistics.mean(r for _, r in curve[-k:])
+        say(f"-- {name}: reward/mean {first:.4f} (first {k} steps) -> {last:.4f} (last {k}); "
+            f"{curve[-1][0]:.1f} s wall-clock, {curve[-1][0] / len(curve):.2f} s/iter")
+        for w, r in curve[:: max(1, len(curve) // 8)]:
+            say(f"   {w:8.1f} s  reward {r:.4f}")
+
+    def reward_at(curve, wall, window=3):
+        rows = [r for w, r in curve if w <= wall]
+        return statistics.mean(rows[-window:]) if rows else float("nan")
+
+    budget = min(curves["eam"][-1][0], curves["adjoint_matching"][-1][0])
+    res = {"demo_equal_wallclock_s": budget,
+           "demo_eam_reward_at_equal_wallclock": reward_at(curves["eam"], budget),
+           "demo_am_reward_at_equal_wallclock": reward_at(curves["adjoint_matching"], budget),
+           "demo_eam_reward_start": statistics.mean(r for _, r in curves["eam"][:3]),
+           "demo_am_reward_start": statistics.mean(r for _, r in curves["adjoint_matching"][:3]),
+           "demo_eam_s_per_iter": curves["eam"][-1][0] / len(curves["eam"]),
+           "demo_am_s_per_iter": curves["adjoint_matching"][-1][0] / len(curves["adjoint_matching"])}
+    say(f"at equal wall-clock ({budget:.1f} s): EAM reward {res['demo_eam_reward_at_equal_wallclock']:.4f}, "
+        f"AM reward {res['demo_am_reward_at_equal_wallclock']:.4f} (both started near "
+        f"{res['demo_eam_reward_start']:.4f} / {res['demo_am_reward_start']:.4f})")
+    return res
+
+
+def main(argv=None) -> dict:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--parts", default="cost,toy,demo", help="comma list of cost, toy, demo")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--prompts", type=int, default=4, help="cost part: prompts per iteration")
+    p.add_argument("--group", type=int, default=2, help="cost part: samples per prompt")
+    p.add_argument("--finetune", default="lora", choices=["lora", "full"], help="cost part: fine-tuning mode")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 = robust on shared CPUs)")
+    p.add_argument("--toy-steps", type=int, default=150)
+    p.add_argument("--toy-eval-every", type=int, default=15)
+    p.add_argument("--demo-steps", type=int, default=40)
+    p.add_argument("--demo-overrides", nargs="*", default=[], help="extra overrides for the demo part")
+    args = p.parse_args(argv)
+    parts = [s.strip() for s in args.parts.split(",") if s.strip()]
+    t0 = time.time()
+    res: dict = {}
+    if "cost" in parts:
+        res.update(bench_cost(args))
+    if "toy" in parts:
+        res.update(bench_toy(args))
+    if "demo" in parts:
+        res.update(bench_demo(args))
+    res["bench_wall_s"] = time.time() - t0
+    first = ["iter_time_ratio_am_over_eam", "nfe_ratio_am_over_eam"]
+    ordered = {k: res[k] for k in first if k in res} | {k: v for k, v in res.items() if k not in first}
+    print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in ordered.items()}), flush=True)
+    return res
+
+
+if __name__ == "__main__":
+    main()
