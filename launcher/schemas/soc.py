@@ -19,7 +19,7 @@ class SOCConfig:
     group_size: int = 1               # samples per prompt (no group statistics: B = prompts_per_step x group_size)
     prompts_per_step: int = 40        # prompts per iteration (global)
     sampling_steps: int = 40          # K: AM's SDE rollout steps; EAM's grid for time_sampling=am_grid
-    reward_scale: float = 1.0e3       # lambda: target p_pre exp(lambda r); sweep per reward
+    reward_scale: float = 1.0e5       # lambda: target p_pre exp(lambda r); sweep per reward
     sigma_offset: float = 0.025       # h in sigma(t) = sqrt(2 (1 - t + h) / (t + h)), kappa = 1 / (t + h) (AM: 1/40)
     loss_clip: float = 0.0            # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
     loss_reduction: str = "sum"       # sum | mean of the squared residual over latent elements
