@@ -12,23 +12,30 @@ from typing import Any
 
 
 class RunLogger:
-    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False):
+    """Only rank 0 writes (``enabled``). A resumed run keeps the rows already written and does not log again the
+    steps it replays from its last checkpoint (each step appears once, in W&B and in metrics.jsonl; on a
+    deterministic CPU run the replayed values equal the logged ones)."""
+
+    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
+                 enabled: bool = True):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.backend = backend
+        self.enabled = enabled
         self.history: list[dict] = []
+        self.last_logged_step = -1
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.metrics_path.exists():
             self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
+            self.last_logged_step = max((int(r["step"]) for r in self.history), default=-1)
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
 
-    def truncate(self, last_step: int) -> None:
-        """Drop rows after ``last_step`` (a resumed run replays them from its checkpoint)."""
-        self.history = [r for r in self.history if r["step"] <= last_step]
-        self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
-
     def log(self, metrics: dict[str, float]) -> None:
+        if not self.enabled or int(metrics["step"]) <= self.last_logged_step:
+            return
         row = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.history.append(row)
@@ -38,7 +45,7 @@ class RunLogger:
             self.backend.log({k: v for k, v in metrics.items()}, step=int(metrics["step"]))
 
     def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
-        if self.backend is not None:
+        if self.backend is not None and self.enabled and step > self.last_logged_step:
             self.backend.log_image(key, path, step, caption)
 
     def finish(self, exit_code: int = 0) -> None:

@@ -94,6 +94,10 @@ class Backbone(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no reference policy")
         yield  # pragma: no cover
 
+    def parallelize(self, mesh) -> None:
+        """Shard the trainable transformer with FSDP2 over ``mesh`` (the family's ``parallelize_<family>``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no FSDP2 sharding plan")
+
     def scheduler_config(self) -> dict:
         """The family's diffusers scheduler config, for ``method.schedule=scheduler``."""
         return {}

@@ -174,5 +174,12 @@ class FluxBackbone(Backbone):
         image = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]
         return (image.float() / 2 + 0.5).clamp(0, 1)
 
+    def parallelize(self, mesh) -> None:
+        from models.parallelize import parallelize_flux
+
+        parallelize_flux(self.transformer, mesh)
+        if self._reference_model is not None:       # the frozen copy is sharded the same way (memory)
+            parallelize_flux(self._reference_model, mesh)
+
     def scheduler_config(self) -> dict:
         return dict(self.scheduler.config)
