@@ -63,6 +63,11 @@ class GRPO(Method):
         """(n, N) bool: which transitions inject noise. Default: every step is an SDE step."""
         return torch.ones(n, self.sde.num_steps, dtype=torch.bool)
 
+    def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
+        """(B, N) bool given each row's group key, for methods whose draw is per group (Flash-GRPO: one SDE step
+        per prompt group). Default: the groups play no part, see :meth:`stochastic_steps`."""
+        return self.stochastic_steps(len(group_keys), generator)
+
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """(B, T) long: the transitions each sample trains."""
         raise NotImplementedError
@@ -86,7 +91,7 @@ class GRPO(Method):
         embeds = bb.encode_prompts(expanded)
         x = self._initial_noise(len(prompts), generator)
         b, n = x.shape[0], sde.num_steps
-        stochastic = self.stochastic_steps(b, generator)
+        stochastic = self.group_stochastic_steps(keys, generator)
         traj = torch.empty((b, n + 1, *x.shape[1:]), dtype=torch.float32, device=x.device)
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
         traj[:, 0] = x
