@@ -12,8 +12,6 @@ What differs from the shared GRPO machinery, and nothing else:
 """
 from __future__ import annotations
 
-import logging
-
 import torch
 from omegaconf import DictConfig
 
@@ -26,8 +24,6 @@ from methods.losses import kl_to_reference
 from methods.rectification import WEIGHT_NORMS, rectification_factor, rectification_weights
 from methods.sde_index import SDE_INDEX_SAMPLINGS, default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
-
-log = logging.getLogger(__name__)
 
 
 class FlashGRPO(GRPO):
@@ -91,7 +87,7 @@ class FlashGRPO(GRPO):
         keys = [k for ks in all_gather_objects(list(rollout.group_keys)) for k in ks]
         adv = compute_advantages(rewards, keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
         rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(rollout.images.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(rollout.advantages.abs().mean())}
+        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
 
     # -- the 1/lambda weights of every update, fixed before its micro-batches -----------------------------------
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:

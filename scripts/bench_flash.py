@@ -42,16 +42,21 @@ METHODS = ("flash_grpo", "flow_grpo", "flow_grpo_fast")
 
 @contextlib.contextmanager
 def small_flux_twin():
-    """Build ``model=tiny_flux`` with the FLUX small transformer (the twin's cache key covers the sizes)."""
+    """Build ``model=tiny_flux`` with the FLUX small transformer (the twin's cache key covers the sizes) and an
+    untrained VAE (same size and decode cost as the twin's)."""
     import models.tiny_flux as tf
 
     saved = {name: dict(getattr(tf, name)) for name in ("TRANSFORMER", "CLIP", "T5")}
+    saved_steps, saved_pretrain = tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae
     tf.TRANSFORMER.update(FLUX_SMALL), tf.CLIP.update(CLIP_SMALL), tf.T5.update(T5_SMALL)
+    # the VAE's colour pre-training only matters for what the reward sees, not for cost: skip it (own cache key)
+    tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = 0, lambda *a, **k: None
     try:
         yield
     finally:
         for name, value in saved.items():
             getattr(tf, name).clear(), getattr(tf, name).update(value)
+        tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = saved_steps, saved_pretrain
 
 
 def build_trainers(args, run_root: Path) -> dict:
@@ -91,7 +96,8 @@ def main() -> None:
     p.add_argument("--micro-batch", type=int, default=4)
     p.add_argument("--fast-window", type=int, default=2, help="Flow-GRPO-Fast SDE window (its default: 2)")
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32 -> 64 transformer tokens)")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = all cores)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = the trainer's default); 1 is the "
+                   "most repeatable on a shared machine")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
