@@ -6,8 +6,8 @@ Every run is the default CPU demo (``conf/train.yaml``: tiny FLUX twin, colour r
 steps) with ``method=flash_grpo`` and the variant's flags, trained in this process through the shared trainer. The
 training reward of a step depends on which prompts and noise it drew, so the policy is also evaluated every
 ``--eval-every`` steps on fixed inputs: deterministic ODE samples of every demo prompt from fixed initial noise.
-Variants: ``flash``, ``itg`` (rectify=false), ``fast1`` (iso_temporal=false rectify=false), and ``flash_shared`` /
-``fast1_shared`` (the same with one initial latent per group).
+Variants: ``flash``, ``itg`` (rectify=false), ``fast1`` (iso_temporal=false rectify=false), and ``flash_shared``,
+``itg_shared``, ``fast1_shared`` (the same with one initial latent per group).
 
     nice -n 10 .venv/bin/python scripts/stability_flash.py trainer.threads=1             # flash vs fast1, 3 seeds
     nice -n 10 .venv/bin/python scripts/stability_flash.py --variants flash,itg,fast1 --steps 100
@@ -37,6 +37,7 @@ VARIANTS = {
     # the same two with one initial latent per group: reward differences within a group then come from the SDE
     # step alone, which is where timestep-confounded grouping should hurt most (spec §G.6)
     "flash_shared": ["method.share_init_noise=true"],
+    "itg_shared": ["method.rectify=false", "method.share_init_noise=true"],
     "fast1_shared": ["method.iso_temporal=false", "method.rectify=false", "method.share_init_noise=true"],
 }
 
@@ -119,7 +120,7 @@ def plot(histories: dict, path: Path) -> None:
 
     fig, (ax_e, ax_r, ax_g) = plt.subplots(1, 3, figsize=(16, 4))
     colours = {"flash": "tab:blue", "itg": "tab:green", "fast1": "tab:red", "flash_shared": "tab:cyan",
-               "fast1_shared": "tab:orange"}
+               "itg_shared": "tab:olive", "fast1_shared": "tab:orange"}
     for variant, runs in histories.items():
         for i, (rows, evals) in enumerate(runs):
             steps = [r["step"] for r in rows]
