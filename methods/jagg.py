@@ -35,8 +35,10 @@ log = logging.getLogger(__name__)
 class JAGG(GRPO):
     """JAGG on top of the GRPO baseline named by ``cfg.base`` (see the module docstring and README)."""
 
-    def __new__(cls, cfg: DictConfig, backbone: Backbone):
+    def __new__(cls, *args, **kwargs):
+        # JAGG(cfg, backbone) builds the variant for cfg.base; variants (and copy/pickle) construct themselves
         if cls is JAGG:
+            cfg = kwargs["cfg"] if "cfg" in kwargs else args[0]
             cls = VARIANTS[cfg.base]
         return super().__new__(cls)
 
@@ -48,10 +50,11 @@ class JAGG(GRPO):
         self._diagnostics: dict[str, list[float]] = {}
         lay = self.layout
         tail = f" + an exact tail group of {lay.tail}" if lay.tail else ""
-        log.info("JAGG over %s: %d trained steps = %d groups of %d%s; JAGG on groups 0..%d (n_J = %d, floor of "
-                 "jagg_frac %.3g x %d), exact backward on the rest: %d instead of %d transformer backward rows per "
-                 "sample", cfg.base, lay.num_steps, lay.num_groups, lay.window, tail, lay.num_jagg - 1, lay.num_jagg,
-                 lay.jagg_frac, lay.num_groups, lay.backward_rows_per_sample(), lay.num_steps)
+        routed = f"groups 0..{lay.num_jagg - 1}" if lay.num_jagg else "no group"
+        log.info("JAGG over %s: %d trained steps = %d groups of %d%s; JAGG on %s (n_J = floor(jagg_frac %.3g x %d) "
+                 "= %d), exact backward on the rest: %d instead of %d transformer backward rows per sample", cfg.base,
+                 lay.num_steps, lay.num_groups, lay.window, tail, routed, lay.jagg_frac, lay.num_groups, lay.num_jagg,
+                 lay.backward_rows_per_sample(), lay.num_steps)
         if lay.num_jagg == 0 and lay.jagg_frac > 0:
             log.warning("method.jagg_frac=%g routes no group to JAGG (floor(%g x %d groups) = 0): this run is the "
                         "exact baseline", lay.jagg_frac, lay.jagg_frac, lay.num_groups)
@@ -109,6 +112,7 @@ class JAGG(GRPO):
 
     # -- rollout: the baseline's, then its trainable steps are cut into groups ----------------------------------
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        # diagnostic steps: rollouts 0, N, 2N, ... of this process
         every = int(self.cfg.diagnose_every)
         self._diagnose_pending = every > 0 and self._rollouts % every == 0
         self._rollouts += 1

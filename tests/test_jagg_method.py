@@ -187,3 +187,23 @@ def test_bad_jagg_configs_fail_before_any_model_is_built(overrides, key, hint, n
     with pytest.raises(ConfigError) as err:
         Trainer(cfg, RunInfo(run_dir=tmp_path))
     assert key in str(err.value) and hint in str(err.value), str(err.value)
+
+
+# ------------------------------------------------------------------------------------- end to end, each base
+@pytest.mark.slow
+@pytest.mark.parametrize("base,fwd,bwd", [
+    ("dance_grpo", 4 * 9 + 4 * 8, 4 * (2 + 4)),            # 8 trained steps: group 0 JAGG, group 1 exact
+    ("flow_grpo", 4 * 9 + 2 * 4 * 8, 4 * (2 + 4)),         # the same, plus a reference forward per step (KL)
+    ("flow_grpo_fast", 4 * 9 + 4 * 4, 4 * 2),              # the SDE window of 4 steps is one JAGG group
+])
+def test_trainer_runs_jagg_over_each_base_with_the_expected_pass_counts(base, fwd, bwd, tmp_path):
+    import json
+
+    cfg = compose(["experiment=smoke", "logger=none", "method=jagg", f"method.base={base}", "method.sampling_steps=9",
+                   "method.diagnose_every=2", "trainer.threads=1"])          # smoke: 2 prompts x 2 samples
+    Trainer(cfg, RunInfo(run_dir=tmp_path)).fit()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert (rows[1]["count/transformer_fwd"], rows[1]["count/transformer_bwd"]) == (fwd, bwd)
+    assert "jagg/cos_group_0" in rows[0] and "jagg/cos_group_0" in rows[2] and "jagg/cos_group_0" not in rows[1]
+    assert all(r["health/skipped_updates"] == 0 and r["loss"] == r["loss"] for r in rows)
