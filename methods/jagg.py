@@ -18,6 +18,7 @@ import logging
 import torch
 from omegaconf import DictConfig
 
+from launcher.distributed import all_gather_objects
 from launcher.errors import ConfigError
 from methods.base import Rollout
 from methods.dance_grpo import DanceGRPO
@@ -117,7 +118,9 @@ class JAGG(GRPO):
         self._diagnose_pending = every > 0 and self._rollouts % every == 0
         self._rollouts += 1
         rollout = super().rollout(prompts, generator)
-        groups = self.layout.assign(rollout.train_steps, float(self.cfg.group_fraction), generator)
+        chosen = self.layout.choose_groups(float(self.cfg.group_fraction), generator)
+        chosen = all_gather_objects(chosen)[0]      # rank 0's draw: all ranks must run the same passes (FSDP)
+        groups = self.layout.assign(rollout.train_steps, chosen)
         rollout.train_steps = groups.steps
         rollout.extras["jagg_groups"] = groups
         return rollout
@@ -128,21 +131,18 @@ class JAGG(GRPO):
         per-step backward. Every per-step loss is divided by ``update_size x T`` as in the baseline (spec §D.7), so
         with ``jagg_frac=0`` this is the baseline's backward, operation for operation."""
         samples = samples.to(rollout.latents.device)
-        assignment = rollout.extras["jagg_groups"]
-        steps, groups = rollout.train_steps[samples], assignment.groups[samples]
+        steps = rollout.train_steps[samples]
         norm, weight = update_size * steps.shape[1], 1.0 / steps.shape[1]
         diagnose, self._diagnose_pending = self._diagnose_pending, False
         totals: dict[str, float] = {}
-        for slot, cols in enumerate(assignment.slot_columns()):
-            for group in torch.unique(groups[:, slot]).tolist():
-                rows = groups[:, slot] == group
-                sub, sub_steps = (samples, steps[:, cols]) if bool(rows.all()) else (samples[rows], steps[rows][:, cols])
-                if diagnose and sub_steps.shape[1] >= 2:
-                    self._diagnose_group(rollout, sub, sub_steps, norm, totals, weight, group)
-                elif self.layout.is_jagg(group):
-                    self.jagg_group_backward(rollout, sub, sub_steps, norm, totals, weight)
-                else:
-                    self.exact_group_backward(rollout, sub, sub_steps, norm, totals, weight)
+        for group, cols in rollout.extras["jagg_groups"].slots():
+            args = (rollout, samples, steps[:, cols], norm, totals, weight)
+            if diagnose and cols.stop - cols.start >= 2:
+                self._diagnose_group(*args, group=group)
+            elif self.layout.is_jagg(group):
+                self.jagg_group_backward(*args)
+            else:
+                self.exact_group_backward(*args)
         return totals
 
     def exact_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
@@ -230,7 +230,7 @@ class JAGG(GRPO):
 class JAGGDanceGRPO(JAGG, DanceGRPO):
     """JAGG over DanceGRPO. DanceGRPO trains a random subset of steps per sample, which does not form groups of
     consecutive steps (spec §H.3), so JAGG trains all N - 1 trainable steps (the paper: 21 sampling steps, 20 trained,
-    5 groups of 4); ``method.group_fraction < 1`` subsamples whole groups per sample instead."""
+    5 groups of 4); ``method.group_fraction < 1`` subsamples whole groups per step instead."""
 
     @classmethod
     def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:

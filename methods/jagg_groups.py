@@ -6,8 +6,10 @@ velocity is closest to linear in (z, t), are JAGG groups; the rest are trained e
 W the last ``M mod W`` steps (the lowest-noise ones) form one extra *tail* group that is always trained exactly
 (``remainder=exact``), or the config is rejected (``remainder=error``).
 
-Optionally (``group_fraction < 1``, the April-2026 prototype's rule) each sample trains only a random subset of the
-G full groups, order kept, so different samples of a micro-batch may sit in different groups at the same slot.
+Optionally (``group_fraction < 1``, after the April-2026 prototype) a step trains only a random subset of the G full
+groups, order kept. The prototype drew the subset per sample; here it is drawn once per step and shared by every
+sample (and, in multi-process runs, every rank), because every rank must run the same sequence of transformer passes
+for FSDP's collectives to match, and JAGG and exact groups run different passes.
 """
 from __future__ import annotations
 
@@ -26,22 +28,23 @@ def floor_frac(frac: float, n: int) -> int:
 
 @dataclass(frozen=True)
 class GroupAssignment:
-    """The groups each sample trains, as the trainer-facing ``train_steps`` plus the group index of every slot.
+    """The groups a step trains, as the trainer-facing ``train_steps`` plus the group index of every slot.
 
     Args:
         steps: (B, T) transition indices, slot after slot (W columns per full group, then the tail's columns).
-        groups: (B, S) group index of each slot; the tail group has index G.
-        slot_sizes: number of columns of each of the S slots (W, ..., W[, tail]).
+        groups: group index of each of the S slots (the same for every sample); the tail group has index G.
+        slot_sizes: number of columns of each slot (W, ..., W[, tail]).
     """
 
     steps: torch.Tensor
-    groups: torch.Tensor
+    groups: tuple[int, ...]
     slot_sizes: tuple[int, ...]
 
-    def slot_columns(self) -> list[slice]:
+    def slots(self) -> list[tuple[int, slice]]:
+        """``(group, columns of train_steps)`` for every slot, in training order."""
         out, start = [], 0
-        for size in self.slot_sizes:
-            out.append(slice(start, start + size))
+        for group, size in zip(self.groups, self.slot_sizes):
+            out.append((group, slice(start, start + size)))
             start += size
         return out
 
@@ -92,30 +95,30 @@ class GroupLayout:
         """Transformer backward rows per sample when every group is trained: 2 per JAGG group, W per exact one."""
         return 2 * self.num_jagg + self.window * (self.num_groups - self.num_jagg) + self.tail
 
-    def assign(self, trainable: torch.Tensor, group_fraction: float = 1.0,
-               generator: torch.Generator | None = None) -> GroupAssignment:
-        """Choose the groups each sample trains.
+    def choose_groups(self, group_fraction: float = 1.0, generator: torch.Generator | None = None) -> tuple[int, ...]:
+        """The full groups a step trains: all of them, or a random ``max(1, floor(group_fraction G))``, in order."""
+        k = max(1, floor_frac(group_fraction, self.num_groups))
+        if k >= self.num_groups:
+            return tuple(range(self.num_groups))
+        return tuple(torch.randperm(self.num_groups, generator=generator)[:k].sort().values.tolist())
+
+    def assign(self, trainable: torch.Tensor, groups: tuple[int, ...] | None = None) -> GroupAssignment:
+        """Lay the chosen groups' steps out as ``train_steps``.
 
         Args:
             trainable: (B, M) the trainable transitions of each sample, in denoising order.
-            group_fraction: each sample trains ``max(1, floor(group_fraction G))`` of the G full groups, drawn at
-                random per sample (order kept); 1 trains all. The tail group, if any, is always trained.
+            groups: full groups to train (from :meth:`choose_groups`; default all). The tail group, if any, is always
+                trained, last.
         """
         b, m = trainable.shape
         if m != self.num_steps:
             raise ValueError(f"rollout has {m} trainable steps, the layout expects {self.num_steps}")
-        g, w = self.num_groups, self.window
-        k = max(1, floor_frac(group_fraction, g))
-        if k >= g:
-            groups = torch.arange(g).expand(b, g)
-        else:
-            groups = torch.stack([torch.randperm(g, generator=generator)[:k].sort().values for _ in range(b)])
-        positions = (groups.unsqueeze(-1) * w + torch.arange(w)).flatten(1)
-        slot_sizes = (w,) * groups.shape[1]
+        groups = tuple(range(self.num_groups)) if groups is None else tuple(groups)
+        w = self.window
+        positions = [p for g in groups for p in range(g * w, (g + 1) * w)]
+        slot_sizes = (w,) * len(groups)
         if self.tail:
-            groups = torch.cat([groups, torch.full((b, 1), g)], 1)
-            positions = torch.cat([positions, torch.arange(g * w, m).expand(b, -1)], 1)
-            slot_sizes += (self.tail,)
-        device = trainable.device
-        return GroupAssignment(steps=trainable.gather(1, positions.to(device)), groups=groups.to(device),
-                               slot_sizes=slot_sizes)
+            positions += list(range(self.num_groups * w, m))
+            groups, slot_sizes = groups + (self.num_groups,), slot_sizes + (self.tail,)
+        index = torch.tensor(positions, device=trainable.device)
+        return GroupAssignment(steps=trainable[:, index], groups=groups, slot_sizes=slot_sizes)

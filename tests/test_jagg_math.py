@@ -151,14 +151,20 @@ def test_routing_g5_jagg_frac_06_gives_groups_0_to_2():
 
 def test_group_assignment_keeps_order_and_subsamples_whole_groups():
     trainable = torch.arange(10, 30).expand(3, -1)                      # M = 20 trainable steps 10..29
-    full = GroupLayout(20, 4, 0.6).assign(trainable)
-    assert torch.equal(full.steps, trainable) and full.groups.tolist() == [[0, 1, 2, 3, 4]] * 3
-    part = GroupLayout(20, 4, 0.6).assign(trainable, 0.4, torch.Generator().manual_seed(0))
-    assert part.groups.shape == (3, 2) and part.slot_sizes == (4, 4)
-    for row in range(3):
-        gs = part.groups[row].tolist()
-        assert gs == sorted(gs) and len(set(gs)) == 2
-        expected = torch.cat([torch.arange(10 + 4 * g, 14 + 4 * g) for g in gs])
-        assert torch.equal(part.steps[row], expected)
+    lay = GroupLayout(20, 4, 0.6)
+    full = lay.assign(trainable)
+    assert torch.equal(full.steps, trainable) and full.groups == (0, 1, 2, 3, 4)
+    assert [g for g, _ in full.slots()] == [0, 1, 2, 3, 4] and full.slots()[1][1] == slice(4, 8)
+    seen = set()
+    for seed in range(30):
+        chosen = lay.choose_groups(0.4, torch.Generator().manual_seed(seed))
+        assert len(chosen) == 2 and list(chosen) == sorted(set(chosen))   # floor(0.4 x 5) whole groups, in order
+        seen.add(chosen)
+        part = lay.assign(trainable, chosen)
+        assert part.slot_sizes == (4, 4) and part.groups == chosen
+        expected = torch.cat([torch.arange(10 + 4 * g, 14 + 4 * g) for g in chosen])
+        assert all(torch.equal(row, expected) for row in part.steps)
+    assert len(seen) > 5
+    assert lay.choose_groups(0.01) == (0,) or len(lay.choose_groups(0.01)) == 1    # at least one group
     tail = GroupLayout(9, 4, 0.6).assign(torch.arange(9).expand(2, -1))
-    assert tail.slot_sizes == (4, 4, 1) and tail.groups.tolist() == [[0, 1, 2]] * 2
+    assert tail.slot_sizes == (4, 4, 1) and tail.groups == (0, 1, 2)

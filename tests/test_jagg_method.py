@@ -82,6 +82,21 @@ def test_two_backward_rows_per_sample_per_jagg_group_and_w_per_exact_group(backb
     counter.remove()
 
 
+def test_group_fraction_trains_a_random_subset_of_whole_groups_per_step(backbone):
+    method = jagg(backbone, "method.group_fraction=0.5", steps=13)    # 12 steps = 3 groups; 1 trained per step
+    counter = NFECounter(backbone.transformer_modules())
+    seen = set()
+    for seed in range(3):
+        rollout = rollout_of(method, seed=seed)
+        (group,) = rollout.extras["jagg_groups"].groups
+        seen.add(group)
+        assert rollout.train_steps.tolist() == [list(range(4 * group, 4 * group + 4))] * M_ROWS
+        b0 = counter.snapshot()[1]
+        method.backward(rollout, torch.arange(M_ROWS), M_ROWS)
+        assert counter.snapshot()[1] - b0 == M_ROWS * (2 if group == 0 else 4)     # group 0 is the JAGG group
+    counter.remove()
+
+
 # --------------------------------------------------------------------------------- §G12 jagg_frac = 0 parity
 @pytest.mark.parametrize("base", ["dance_grpo", "flow_grpo"])
 def test_jagg_frac_zero_is_bit_identical_to_the_baseline_backward(backbone, base):

@@ -17,7 +17,7 @@ class JAGGConfig(GRPOConfig):
     base: str = "dance_grpo"          # dance_grpo | flow_grpo | flow_grpo_fast: the baseline JAGG accelerates
     window: int = 4                   # W: consecutive trained steps per group (>= 2; 2 is exact but saves nothing)
     jagg_frac: float = 0.6            # JAGG on the first floor(jagg_frac G) (high-noise) groups, exact on the rest
-    group_fraction: float = 1.0       # each sample trains a random floor(group_fraction G) of its G groups (prototype)
+    group_fraction: float = 1.0       # a step trains a random floor(group_fraction G) of the G groups (prototype)
     alpha: str = "sigma"              # sigma: t-weights on the exact schedule | model_time: on the model's input time
                                       # | index: j / (W - 1) (the prototype's; not exact on a shifted schedule)
     ablation: str = "none"            # none | endpoints_only | nearest_endpoint (spec §D.6, definition unconfirmed)
