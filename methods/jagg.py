@@ -119,7 +119,8 @@ class JAGG(GRPO):
         self._rollouts += 1
         rollout = super().rollout(prompts, generator)
         chosen = self.layout.choose_groups(float(self.cfg.group_fraction), generator)
-        chosen = all_gather_objects(chosen)[0]      # rank 0's draw: all ranks must run the same passes (FSDP)
+        if self.cfg.group_fraction < 1:              # rank 0's draw: all ranks must run the same passes (FSDP)
+            chosen = all_gather_objects(chosen)[0]
         groups = self.layout.assign(rollout.train_steps, chosen)
         rollout.train_steps = groups.steps
         rollout.extras["jagg_groups"] = groups
