@@ -39,20 +39,34 @@ def _run_info(cfg: DictConfig):
 
 def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
-    from launcher.errors import ConfigError
     from launcher.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
     try:
         trainer = Trainer(cfg, info or _run_info(cfg))
-    except ConfigError as e:
-        print(f"rewardflow: config error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - Hydra wraps errors raised while instantiating components
+        cause = config_error_in(e)
+        if cause is None:
+            raise
+        print(f"rewardflow: config error: {cause}", file=sys.stderr)
         sys.exit(2)
     try:
         return trainer.fit()
     except TrainingAborted as e:
         print(f"rewardflow: training aborted: {e}", file=sys.stderr)
         sys.exit(3)
+
+
+def config_error_in(error: BaseException | None):
+    """The :class:`ConfigError` in ``error``'s cause chain (Hydra's ``instantiate`` wraps what a component's
+    constructor raises, e.g. a model that cannot be loaded offline), or None."""
+    from launcher.errors import ConfigError
+
+    while error is not None:
+        if isinstance(error, ConfigError):
+            return error
+        error = error.__cause__
+    return None
 
 
 def _quiet_libraries() -> None:

@@ -94,9 +94,10 @@ class ComponentLoader:
 
     def fetch_hint(self) -> str:
         repo = self.path if looks_like_hub_id(self.path) else self.hub_id
-        return (f"Fix: download it once with network access, `hf download {repo} --local-dir /models/{repo.split('/')[-1]}` "
-                f"(`huggingface-cli download ...` on older huggingface_hub), then set model.path=/models/"
-                f"{repo.split('/')[-1]}; or run once without HF_HUB_OFFLINE=1 so it lands in the HF cache "
+        local = f"/models/{repo.split('/')[-1]}"
+        return (f"Fix: download it once with network access, `hf download {repo} --local-dir {local}` "
+                f"(`huggingface-cli download ...` on older huggingface_hub), then set model.path={local}; or run "
+                f"once without HF_HUB_OFFLINE=1 so it lands in the HF cache "
                 f"(HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}).")
 
     def missing(self, subfolders: Sequence[str]) -> list[str]:
@@ -300,7 +301,8 @@ class DiffusersBackbone(Backbone):
     def _check_ready(self) -> None:
         if not self._materialized:
             raise RuntimeError(f"{type(self).__name__} was built with meta_init on rank != 0: call "
-                               f"backbone.parallelize(mesh) before using it (it loads rank 0's weights into the shards)")
+                               f"backbone.parallelize(mesh) before using it (it loads rank 0's weights into the "
+                               f"shards)")
 
     # -- text conditioning --------------------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -135,5 +135,14 @@ class FluxBackbone(DiffusersBackbone):
         image = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]
         return (image.float() / 2 + 0.5).clamp(0, 1)
 
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] -> packed latents (the VAE posterior mean), the inverse of :meth:`decode`."""
+        from diffusers import FluxPipeline
+
+        lat = self.vae.encode(images.to(self.device, self.vae.dtype) * 2 - 1).latent_dist.mean
+        lat = (lat - self.vae.config.shift_factor) * self.vae.config.scaling_factor
+        b, c, h, w = lat.shape
+        return FluxPipeline._pack_latents(lat, b, c, h, w).float()
+
     def scheduler_config(self) -> dict:
         return {**dict(self.scheduler.config), **pipeline_sigma_keys(self._latent_shape[0], self.dynamic_shift)}

@@ -56,7 +56,8 @@ class QwenImageBackbone(DiffusersBackbone):
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
 
         if not 1 <= max_sequence_length <= 1024:
-            raise ConfigError(f"model.max_sequence_length must be in [1, 1024] for Qwen-Image (got {max_sequence_length})")
+            raise ConfigError(f"model.max_sequence_length must be in [1, 1024] for Qwen-Image "
+                              f"(got {max_sequence_length})")
         self._init_common(path, name, device, dtype, QWEN_COMPONENTS, prompt_cache_size, offload_text_encoders,
                           meta_init)
         self.height, self.width = height, width
@@ -141,6 +142,14 @@ class QwenImageBackbone(DiffusersBackbone):
         lat = lat * self._lat_std.to(lat.device) + self._lat_mean.to(lat.device)
         image = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0][:, :, 0]
         return (image.float() / 2 + 0.5).clamp(0, 1)
+
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] -> packed latents (the VAE posterior mean), the inverse of :meth:`decode`."""
+        x = images.to(self.device, self.vae.dtype)[:, :, None] * 2 - 1          # a 1-frame video
+        lat = self.vae.encode(x).latent_dist.mean.float()
+        lat = ((lat - self._lat_mean.to(lat.device)) / self._lat_std.to(lat.device))[:, :, 0]
+        b, c, h, w = lat.shape
+        return self.pipe._pack_latents(lat, b, c, h, w)
 
     def scheduler_config(self) -> dict:
         return {**dict(self.scheduler.config), **pipeline_sigma_keys(self._latent_shape[0], self.dynamic_shift)}

@@ -120,5 +120,10 @@ class SD3Backbone(DiffusersBackbone):
         image = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]
         return (image.float() / 2 + 0.5).clamp(0, 1)
 
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] -> latents (the VAE posterior mean), the inverse of :meth:`decode`."""
+        lat = self.vae.encode(images.to(self.device, self.vae.dtype) * 2 - 1).latent_dist.mean
+        return ((lat - self.vae.config.shift_factor) * self.vae.config.scaling_factor).float()
+
     def scheduler_config(self) -> dict:
         return dict(self.scheduler.config)

@@ -1,5 +1,5 @@
-"""Tiny random twin of Qwen-Image: the same diffusers/transformers classes at toy width (``QwenImageTransformer2DModel``,
-a Qwen2.5-VL text encoder with a byte-level BPE tokenizer trained on the pipeline's chat template,
+"""Tiny random twin of Qwen-Image: the same diffusers/transformers classes at toy width
+(``QwenImageTransformer2DModel``, a Qwen2.5-VL text encoder with a byte-level BPE tokenizer trained on the pipeline's chat template,
 ``AutoencoderKLQwenImage``, the real scheduler config), written with ``save_pretrained`` and loaded back through
 :class:`models.qwenimage.QwenImageBackbone`.
 
@@ -8,6 +8,7 @@ colour learning (the tiny FLUX and SD3.5 twins have pre-trained VAEs for that).
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -45,15 +46,16 @@ def build_tiny_qwenimage_pipeline(seed: int = 0):
     tok = make_qwen2_tokenizer(TEMPLATE, list(WORDS))
     ids = {k: tok.convert_tokens_to_ids(f"<|{k}|>") for k in ("vision_start", "vision_end", "vision_pad",
                                                               "image_pad", "video_pad", "endoftext", "im_end")}
-    config = Qwen2_5_VLConfig(
+    config = Qwen2_5_VLConfig(       # deep copies: transformers writes into the nested rope_scaling dict
         text_config=dict(vocab_size=len(tok), bos_token_id=ids["endoftext"], eos_token_id=ids["im_end"],
-                         pad_token_id=ids["endoftext"], **TEXT),
-        vision_config=VISION, vocab_size=len(tok), vision_start_token_id=ids["vision_start"],
+                         pad_token_id=ids["endoftext"], **copy.deepcopy(TEXT)),
+        vision_config=copy.deepcopy(VISION), vocab_size=len(tok), vision_start_token_id=ids["vision_start"],
         vision_end_token_id=ids["vision_end"], vision_token_id=ids["vision_pad"], image_token_id=ids["image_pad"],
         video_token_id=ids["video_pad"])
     return QwenImagePipeline(
-        transformer=QwenImageTransformer2DModel(**TRANSFORMER), vae=AutoencoderKLQwenImage(**VAE),
-        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        transformer=QwenImageTransformer2DModel(**copy.deepcopy(TRANSFORMER)),
+        vae=AutoencoderKLQwenImage(**copy.deepcopy(VAE)),
+        scheduler=FlowMatchEulerDiscreteScheduler(**copy.deepcopy(SCHEDULER)),
         text_encoder=Qwen2_5_VLForConditionalGeneration(config).eval(), tokenizer=tok)
 
 

@@ -8,6 +8,7 @@ VAE that can show saturated colours (models/tiny_pretrain.py).
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -43,12 +44,12 @@ def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_ST
     torch.manual_seed(seed)
     clip_tok, t5_tok = make_clip_tokenizer(), make_t5_tokenizer(list(WORDS))
     pipe = StableDiffusion3Pipeline(
-        scheduler=FlowMatchEulerDiscreteScheduler(**SCHEDULER),
+        scheduler=FlowMatchEulerDiscreteScheduler(**copy.deepcopy(SCHEDULER)),
         text_encoder=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
         text_encoder_2=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
-        text_encoder_3=T5EncoderModel(T5Config(vocab_size=len(t5_tok), **T5)).eval(),
+        text_encoder_3=T5EncoderModel(T5Config(vocab_size=len(t5_tok), **copy.deepcopy(T5))).eval(),
         tokenizer=clip_tok, tokenizer_2=make_clip_tokenizer(), tokenizer_3=t5_tok,
-        transformer=SD3Transformer2DModel(**TRANSFORMER), vae=AutoencoderKL(**VAE))
+        transformer=SD3Transformer2DModel(**copy.deepcopy(TRANSFORMER)), vae=AutoencoderKL(**copy.deepcopy(VAE)))
     if pretrain_steps:
         pretrain_vae(pipe.vae, steps=pretrain_steps, seed=seed)
     return pipe

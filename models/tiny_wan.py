@@ -6,6 +6,7 @@ The VAE is random (see :mod:`models.tiny_qwenimage`): CPU runs exercise the mech
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import torch
@@ -36,9 +37,10 @@ def build_tiny_wan_pipeline(seed: int = 0):
 
     torch.manual_seed(seed)
     tok = make_t5_tokenizer(list(WORDS))
-    return WanPipeline(tokenizer=tok, text_encoder=UMT5EncoderModel(UMT5Config(vocab_size=len(tok), **UMT5)).eval(),
-                       vae=AutoencoderKLWan(**VAE), scheduler=UniPCMultistepScheduler(**SCHEDULER),
-                       transformer=WanTransformer3DModel(**TRANSFORMER))
+    text_encoder = UMT5EncoderModel(UMT5Config(vocab_size=len(tok), **copy.deepcopy(UMT5))).eval()
+    return WanPipeline(tokenizer=tok, text_encoder=text_encoder, vae=AutoencoderKLWan(**copy.deepcopy(VAE)),
+                       scheduler=UniPCMultistepScheduler(**copy.deepcopy(SCHEDULER)),
+                       transformer=WanTransformer3DModel(**copy.deepcopy(TRANSFORMER)))
 
 
 def materialize_tiny_wan(cache_dir: str | Path | None = None, seed: int = 0) -> Path:

@@ -144,5 +144,11 @@ class WanBackbone(DiffusersBackbone):
         video = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]     # (B, 3, F, H, W)
         return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 1, 3, 4)
 
+    def encode_images(self, frames: torch.Tensor) -> torch.Tensor:
+        """Frames (B, F, 3, H, W) in [0, 1] -> latents (the VAE posterior mean), the inverse of :meth:`decode`."""
+        x = frames.to(self.device, self.vae.dtype).permute(0, 2, 1, 3, 4) * 2 - 1
+        lat = self.vae.encode(x).latent_dist.mean.float()
+        return (lat - self._lat_mean.to(lat.device)) / self._lat_std.to(lat.device)
+
     def scheduler_config(self) -> dict:
         return {"_class_name": type(self.scheduler).__name__, **dict(self.scheduler.config)}

@@ -41,6 +41,15 @@ def test_every_method_reward_pair_composes(method, reward):
     validate(cfg)
 
 
+@pytest.mark.parametrize("method,model", itertools.product(group_options("method"), group_options("model")))
+def test_every_method_model_pair_composes(method, model):
+    """The composition matrix over model families (real and tiny): every method composes and validates with every
+    model option, without building anything."""
+    cfg = compose([f"method={method}", f"model={model}"])
+    assert cfg.model.name == model and cfg.model.finetune in ("lora", "full")
+    validate(cfg)
+
+
 def test_method_yaml_values_reach_the_config():
     """The CPU-demo scale in train.yaml overrides only scale knobs; method semantics come from the method YAML."""
     dance, flow, fast = (compose([f"method={m}"]).method for m in ("dance_grpo", "flow_grpo", "flow_grpo_fast"))
