@@ -32,8 +32,9 @@ T5 = dict(d_model=64, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_atten
           dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
           feed_forward_proj="gated-gelu", is_encoder_decoder=True)
 SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)          # stabilityai/stable-diffusion-3.5-medium
+CLIP_TOKENS = 16    # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
 VAE_PRETRAIN_STEPS = 0        # see the module docstring
-VERSION = 1
+VERSION = 2
 
 
 def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_STEPS):
@@ -42,13 +43,13 @@ def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_ST
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     torch.manual_seed(seed)
-    clip_tok, t5_tok = make_clip_tokenizer(), make_t5_tokenizer(list(WORDS))
+    clip_tok, t5_tok = make_clip_tokenizer(CLIP_TOKENS), make_t5_tokenizer(list(WORDS))
     pipe = StableDiffusion3Pipeline(
         scheduler=FlowMatchEulerDiscreteScheduler(**copy.deepcopy(SCHEDULER)),
         text_encoder=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
         text_encoder_2=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
         text_encoder_3=T5EncoderModel(T5Config(vocab_size=len(t5_tok), **copy.deepcopy(T5))).eval(),
-        tokenizer=clip_tok, tokenizer_2=make_clip_tokenizer(), tokenizer_3=t5_tok,
+        tokenizer=clip_tok, tokenizer_2=make_clip_tokenizer(CLIP_TOKENS), tokenizer_3=t5_tok,
         transformer=SD3Transformer2DModel(**copy.deepcopy(TRANSFORMER)), vae=AutoencoderKL(**copy.deepcopy(VAE)))
     if pretrain_steps:
         pretrain_vae(pipe.vae, steps=pretrain_steps, seed=seed)
@@ -56,7 +57,7 @@ def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_ST
 
 
 def materialize_tiny_sd3(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
-    key = recipe_key(VERSION, seed, TRANSFORMER, VAE, CLIP, T5, SCHEDULER, VAE_PRETRAIN_STEPS)
+    key = recipe_key(VERSION, seed, TRANSFORMER, VAE, CLIP, T5, SCHEDULER, CLIP_TOKENS, VAE_PRETRAIN_STEPS)
     return materialize("tiny_sd35m", key, lambda: build_tiny_sd3_pipeline(seed), cache_dir)
 
 

@@ -221,6 +221,7 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
 
 
 # --------------------------------------------------------------------------------------------- fine-tuning modes
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_lora_grpo_step_trains_only_the_adapter_and_reference_is_the_base_model(name, tmp_path):
     """A Flow-GRPO step with KL (so the reference is used) in LoRA mode: only adapter weights move, the base stays

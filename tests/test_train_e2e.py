@@ -40,6 +40,7 @@ def test_each_method_trains_and_logs_every_metric(method, tmp_path):
 TINY_TWINS = [m for m in group_options("model") if m.startswith("tiny_")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", TINY_TWINS)
 @pytest.mark.parametrize("method", group_options("method"))
 def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
