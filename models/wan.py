@@ -25,6 +25,14 @@ WAN_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_pro
 WAN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
 
+def wan_model_timestep(sigma: torch.Tensor, integer: bool = True) -> torch.Tensor:
+    """Wan's timestep for noise level ``sigma`` (float64): UniPC's ``int64(1000 sigma)`` capped at 999 (the 1e-4
+    absorbs float32 rounding of grids that sit exactly on multiples of 1/1000, e.g. DanceGRPO's quantised times);
+    ``integer=False``: ``1000 sigma``."""
+    t = sigma.double() * 1000.0
+    return torch.floor(t + 1e-4).clamp(0, 999) if integer else t
+
+
 class WanBackbone(DiffusersBackbone):
     """Wan2.1 T2V backbone.
 
@@ -116,12 +124,7 @@ class WanBackbone(DiffusersBackbone):
         return self._latent_shape
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
-        """Wan's timestep for noise level ``sigma``: UniPC's ``int64(1000 sigma)`` capped at 999 (the 1e-4 absorbs
-        float32 rounding of grids that sit exactly on multiples of 1/1000, e.g. DanceGRPO's quantised times)."""
-        t = sigma.double() * 1000.0
-        if self.integer_timesteps:
-            t = torch.floor(t + 1e-4).clamp(0, 999)
-        return t
+        return wan_model_timestep(sigma, self.integer_timesteps)
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()

@@ -48,8 +48,54 @@ def test_twin_is_saved_and_loaded_through_from_pretrained(name, twin_cache):
     module = __import__(fam.materialize.rsplit(".", 1)[0], fromlist=["x"])
     build = next(getattr(module, f) for f in dir(module) if f.startswith("build_tiny_"))
     fresh = build(0).transformer.state_dict()
-    loaded = fam.build(finetune="full").transformer.state_dict()
+    bb = fam.build(finetune="full", gradient_checkpointing=True)
+    loaded = bb.transformer.state_dict()
     assert fresh.keys() == loaded.keys() and all(torch.equal(fresh[k], loaded[k]) for k in fresh)
+    assert bb.transformer.is_gradient_checkpointing and bb.dtype == torch.float32     # CPU: fp32
+    assert all(p.requires_grad for p in bb.transformer.parameters())
+    assert not any(p.requires_grad for m in [bb.vae, *bb._text_encoders] for p in m.parameters())
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradient_checkpointing_gives_the_same_gradients(name, lora_backbones):
+    bb = lora_backbones(name)
+    x, s = bb.initial_noise(2, torch.Generator().manual_seed(4)), torch.tensor([0.8, 0.3])
+    emb = bb.encode_prompts(PROMPTS)
+    params = list(bb.trainable_parameters())
+
+    def grads():
+        for p in params:
+            p.grad = None
+        bb.velocity(x, s, emb).square().mean().backward()
+        # None: Qwen-Image's last block discards its text stream, so LoRA there gets no gradient
+        return [None if p.grad is None else p.grad.clone() for p in params]
+    plain = grads()
+    bb.transformer.enable_gradient_checkpointing()
+    try:
+        ckpt = grads()
+    finally:
+        bb.transformer.disable_gradient_checkpointing()
+        for p in params:
+            p.grad = None
+    assert sum(g is not None for g in plain) > len(plain) // 2
+    for a, b in zip(plain, ckpt):
+        assert (a is None) == (b is None)
+        if a is not None:
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bf16_compute_path(name, twin_cache):
+    """dtype=bf16 (the GPU default): frozen encoders and VAE in bf16, fp32 master weights, autocast forward, fp32
+    velocity. Exercised on the CPU, where it is only slower."""
+    bb = FAMILIES[name].build(finetune="lora", lora_rank=2, dtype="bf16")
+    assert bb.dtype == torch.bfloat16 and bb._text_encoders[0].dtype == torch.bfloat16
+    assert all(p.dtype == torch.float32 for p in bb.transformer.parameters())
+    v = bb.velocity(bb.initial_noise(1), torch.tensor([0.6]), bb.encode_prompts(PROMPTS[:1]))
+    assert v.dtype == torch.float32 and torch.isfinite(v).all()
+    v.square().mean().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in bb.trainable_parameters()
+               if p.grad is not None)
 
 
 # ------------------------------------------------------------------------------------ pipeline parity (conventions)
