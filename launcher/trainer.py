@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint import CheckpointManager
 from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                  init_distributed, submitit_job_env)
+                                  init_distributed, main_rank_first, submitit_job_env)
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher.preemption import PreemptionGuard
@@ -94,7 +94,8 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls = get_class(cfg.method._target_)
-        self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
+            self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
         if self.world.world_size > 1:
             from torch.distributed.device_mesh import init_device_mesh
 

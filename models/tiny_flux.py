@@ -64,22 +64,29 @@ def default_cache_dir() -> Path:
 
 
 def materialize_tiny_flux(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """Write the twin once (atomically: temp dir + rename, so concurrent ranks never read a half-written folder)."""
-    key = hashlib.sha1(json.dumps([VERSION, seed, TRANSFORMER, VAE, CLIP, T5, VAE_PRETRAIN_STEPS], default=str).encode()).hexdigest()[:10]
+    """Write the twin once. A file lock makes concurrent processes (ranks, sweep jobs) build it one at a time, and
+    the folder is published by renaming a complete temporary folder, so nobody ever loads a half-written twin."""
+    from filelock import FileLock
+
+    key = hashlib.sha1(json.dumps([VERSION, seed, TRANSFORMER, VAE, CLIP, T5, VAE_PRETRAIN_STEPS],
+                                  default=str).encode()).hexdigest()[:10]
     target = Path(cache_dir or default_cache_dir()) / f"tiny_flux-{key}"
     if (target / "model_index.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny_flux-", dir=target.parent))
-    try:
-        build_tiny_flux_pipeline(seed).save_pretrained(tmp)
+    with FileLock(str(target) + ".lock"):
+        if (target / "model_index.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=".tiny_flux-", dir=target.parent))
         try:
+            build_tiny_flux_pipeline(seed).save_pretrained(tmp)
+            empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
+            if empty:   # transformers writes no weights on a torch.distributed rank other than 0
+                raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
+                                   f"(the trainer does) or before initialising torch.distributed")
             tmp.rename(target)
-        except OSError:
-            if not (target / "model_index.json").exists():   # another process won the race only if it finished
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 
