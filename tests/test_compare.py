@@ -64,6 +64,20 @@ def test_seed_curve_interpolates_on_the_union_and_holds_finished_seeds():
     assert held.mean[-1] == pytest.approx((0.52 + 0.51) / 2)
 
 
+def test_seeds_with_the_same_steps_are_averaged_step_by_step():
+    a = make_run(seed=0, steps=4, step_s=1.0, base=0.5)              # x = 1, 2, 3, 4 s
+    b = make_run(seed=1, steps=4, step_s=2.0, base=0.6)              # x = 2, 4, 6, 8 s
+    traces = [aggregate.make_trace(r, 1) for r in (a, b)]
+    curve = aggregate.seed_curve(traces, "wallclock_s", "minmax")
+    assert curve.x.tolist() == [1.5, 3.0, 4.5, 6.0]
+    assert curve.mean == pytest.approx([0.55, 0.56, 0.57, 0.58])
+    assert curve.lo == pytest.approx([0.5, 0.51, 0.52, 0.53]) and curve.hi == pytest.approx([0.6, 0.61, 0.62, 0.63])
+    # the group reaches its own final reward at its mean total compute, not at its longest seed's end
+    assert aggregate.first_reach(curve, 0.58) == pytest.approx(6.0)
+    assert aggregate.first_reach(curve, 0.565) == pytest.approx(3.75)
+    assert aggregate.first_reach(curve, 0.7) is None
+
+
 def test_budget_reach_and_speedup_match_closed_forms():
     # reward = 0.5 + 0.01 * step. Baseline: 1 s/step, 20 steps -> final 0.69 reached at step 19 = 20 s.
     # Fast: 0.5 s/step, 30 steps, same per-step gain -> reaches 0.69 at step 19 = 10 s: 2x faster in wall-clock.

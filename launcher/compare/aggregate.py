@@ -5,9 +5,10 @@ Definitions (also printed under the report's tables):
 
 - A run's reward curve is ``reward/mean`` smoothed by a trailing mean over the last ``smooth`` logged steps
   (per-step rewards are means over one batch and noisy); its final reward is the curve's last value.
-- A group's curve is the mean over its seeds of their curves, each linearly interpolated onto the union of the
-  seeds' logged x-values (so the mean is exact, not resampled); a seed that has ended keeps its final value.
-  The band is the spread over seeds at each x (std with ddof=1, standard error, or min-max).
+- A group's curve is the mean over its seeds of their curves on a common grid: the steps when the seeds logged
+  the same steps (x = the seeds' mean compute at each step), else the union of the seeds' logged x-values with each
+  seed linearly interpolated (a seed that has ended keeps its final value). The band is the spread over seeds at
+  each grid point (std with ddof=1, standard error, or min-max).
 - Compute of a run on the chosen axis: ``time/gpu_hours`` or ``time/wallclock_s`` at its last logged step, or
   the number of steps done (last step + 1).
 - Common budget: the smallest total compute of any run compared (every run reached it); reward at the budget is
@@ -143,14 +144,24 @@ def spread(values, band: str) -> Stat:
 
 
 def seed_curve(traces: list[Trace], axis: str, band: str) -> Curve:
-    """Mean and band over seeds on the union of their x-values, from the latest first point on (before it, some
-    seed has no value); a seed past its last point holds its final value."""
-    xs = [t.x[axis] for t in traces]
-    start = max(float(x[0]) for x in xs)
-    grid = np.unique(np.concatenate(xs))
-    grid = grid[grid >= start]
-    # np.interp holds the end values outside the data range: exactly "a finished seed keeps its final value"
-    ys = np.stack([np.interp(grid, x, t.reward) for x, t in zip(xs, traces)])
+    """Mean and band over seeds on a common grid.
+
+    Seeds that logged the same steps (the usual case) share the step grid: at each step, the mean of their rewards
+    at the mean of their compute. Their compute per step differs only by machine noise, and this way the group
+    reaches its own final reward exactly at its mean total compute. Otherwise (different lengths, skipped steps)
+    each seed is interpolated onto the union of the seeds' x-values, from the latest first point on (before it,
+    some seed has no value), and a seed past its last point holds its final value."""
+    steps = [t.x["step"] for t in traces]
+    if all(len(s) == len(steps[0]) and np.array_equal(s, steps[0]) for s in steps):
+        grid = np.mean([t.x[axis] for t in traces], axis=0)
+        ys = np.stack([t.reward for t in traces])
+    else:
+        xs = [t.x[axis] for t in traces]
+        start = max(float(x[0]) for x in xs)
+        grid = np.unique(np.concatenate(xs))
+        grid = grid[grid >= start]
+        # np.interp holds the end values outside the data range: exactly "a finished seed keeps its final value"
+        ys = np.stack([np.interp(grid, x, t.reward) for x, t in zip(xs, traces)])
     mean = ys.mean(axis=0)
     if band == "minmax":
         return Curve(grid, mean, ys.min(axis=0), ys.max(axis=0))
@@ -162,7 +173,8 @@ def seed_curve(traces: list[Trace], axis: str, band: str) -> Curve:
 
 def first_reach(curve: Curve, target: float) -> float | None:
     """First x where the curve is >= target, linear between grid points; None when it never gets there."""
-    above = np.nonzero(curve.mean >= target)[0]
+    # a tolerance of a few ulps: the baseline's own curve ends exactly at its final reward, up to summation order
+    above = np.nonzero(curve.mean >= target - 1e-12 * max(1.0, abs(target)))[0]
     if not len(above):
         return None
     i = int(above[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.compare.aggregate import Comparison, axis_offset
-from launcher.compare.runs import AXES, AXIS_LABELS, PHASES, STEP_TIME
+from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME
 
 
 def _plt():
@@ -76,7 +76,12 @@ def time_figure(c: Comparison, out_dir: Path) -> dict[str, str]:
         values = [0.0 if v != v else v for v in values]         # NaN (phase not logged) draws nothing
         ax.bar(labels, values, bottom=bottom, label=name, color=f"C{i}")
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_ylabel(f"seconds per step (first {c.settings.warmup_steps} left out)")
+    for i, r in enumerate(c.groups):     # the passes explain the bars: what each method pays per step
+        fwd, bwd = (r.per_step[k].mean for k in COUNTS)
+        ax.annotate(f"fwd {fwd:.4g} / bwd {bwd:.4g}", (i, bottom[i]), ha="center", va="bottom", fontsize=8,
+                    xytext=(0, 2), textcoords="offset points")
+    ax.set_ylabel(f"seconds per step (warm-up: first {c.settings.warmup_steps} left out)")
+    ax.margins(y=0.12)
     ax.set_title("time per step by phase")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)

@@ -119,8 +119,10 @@ def notes(c: Comparison) -> list[str]:
     out = [
         f"Reward curves are `reward/mean` smoothed by a trailing mean over the last {s.smooth} logged steps; a run's "
         f"final reward is that curve's last value. Steps whose reward was NaN (skipped updates) are left out.",
-        "Group curves: each seed's curve is linearly interpolated onto the union of the seeds' logged x-values and "
-        "averaged; a seed that has ended keeps its final value.",
+        "Group curves: seeds that logged the same steps are averaged step by step, at the seeds' mean compute for "
+        "that step (so a group reaches its final reward at its mean total compute); otherwise each seed's curve is "
+        "linearly interpolated onto the union of the seeds' logged x-values and a seed that has ended keeps its "
+        "final value.",
         f"Reward at {num(c.budget)} {u}: each seed's curve at that budget, averaged over seeds. "
         + ("The budget was given with --budget." if s.budget is not None else
            "The budget is the smallest total compute of any run compared, so every run reached it."),
