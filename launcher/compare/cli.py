@@ -166,7 +166,8 @@ def _print(c, out: Path, wandb_where: str | None) -> None:
         for row in rows:
             table.add_row(*row)
         console.print(table)
-    console.print(f"wrote {out}/comparison.md, comparison.json, " + ", ".join(sorted(p.name for p in out.glob("*.png"))))
+    pngs = ", ".join(sorted(p.name for p in out.glob("*.png")))
+    console.print(f"wrote {out}/comparison.md, comparison.json, {pngs}")
     if wandb_where:
         console.print(f"W&B: {wandb_where}")
 

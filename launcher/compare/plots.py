@@ -24,7 +24,8 @@ def _draw(ax, c: Comparison, axis: str) -> None:
         if curve is None:
             continue
         color = f"C{i % 10}"
-        ax.plot(curve.x, curve.mean, color=color, lw=1.8, label=f"{r.label} ({len(r.runs)} seed{'s' * (len(r.runs) > 1)})")
+        seeds = f"{len(r.runs)} seed{'s' * (len(r.runs) > 1)}"
+        ax.plot(curve.x, curve.mean, color=color, lw=1.8, label=f"{r.label} ({seeds})")
         ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.2, lw=0)
     ax.axhline(c.target, color="0.4", ls=":", lw=1, label=f"{c.baseline} final reward")
     if axis == s.axis:

@@ -1,4 +1,4 @@
-"""The comparison as text: Markdown tables (``comparison.md``) and every number at full precision (``comparison.json``)."""
+"""The comparison as text: Markdown tables (``comparison.md``), every number at full precision (``comparison.json``)."""
 from __future__ import annotations
 
 import math
