@@ -73,7 +73,7 @@ class HPSv21Reward(CLIPStyleReward):
     @classmethod
     def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
         super().check_config(cfg, prompts, key)
-        require_files(f"{key}.path", cfg.path, [cfg.filename])
+        require_files(f"{key}.path", cfg.path, [cfg.filename], allow_file=True)
         arch = cfg.arch
         if arch.endswith(".json"):
             if not Path(arch).expanduser().is_file():

@@ -27,11 +27,14 @@ def hub_offline() -> bool:
     return env or bool(constants.HF_HUB_OFFLINE)
 
 
+WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".json", ".ckpt")
+
+
 def is_local(source: str) -> bool:
-    """A path (existing, or written like one) rather than a hub id ``owner/name``."""
+    """A path (existing, or written like one) rather than a hub id ``owner/name`` (which may contain dots)."""
     if Path(source).expanduser().exists():
         return True
-    return source.startswith(("/", ".", "~")) or source.count("/") != 1 or Path(source).suffix != ""
+    return source.startswith(("/", ".", "~")) or source.count("/") != 1 or source.endswith(WEIGHT_SUFFIXES)
 
 
 def _alternatives(spec) -> tuple[str, ...]:
@@ -46,16 +49,19 @@ def _download_hint(key: str, repo: str, files: FileSpec) -> str:
             f"Hugging Face cache holding it to $HF_HOME")
 
 
-def require_files(key: str, source: str, files: FileSpec) -> None:
+def require_files(key: str, source: str, files: FileSpec, allow_file: bool = False) -> None:
     """Raise :class:`ConfigError` if ``source`` cannot provide ``files`` without downloading and the hub is offline,
-    or if a local path does not exist. ``key`` is the config key shown in the message (e.g. ``reward.path``)."""
+    or if a local path does not exist. ``key`` is the config key shown in the message (e.g. ``reward.path``);
+    ``allow_file``: a local path may be the (single) weights file itself rather than a folder."""
     if is_local(source):
         p = Path(source).expanduser()
         if not p.exists():
             raise ConfigError(f"{key}={source!r}: no such file or folder. Fix: point {key} at the local weights "
                               f"(a folder holding {_describe(files)}), or at a hub id such as 'owner/name'")
         if p.is_file():
-            return                                  # a single weights file given directly
+            if allow_file:
+                return                              # the weights file given directly
+            raise ConfigError(f"{key}={source!r} is a file; it must be a folder holding {_describe(files)}")
         for spec in files:
             alts = _alternatives(spec)
             if not any((p / a).exists() for a in alts):

@@ -210,6 +210,19 @@ def test_bad_local_paths_fail_validation(override, match, tiny_rewards):
         validate(compose(["reward=hps", *tiny_reward_overrides(tiny_rewards, "hps"), override]))
 
 
+@pytest.mark.parametrize("source,local", [("xswu/HPSv2", False), ("stabilityai/stable-diffusion-3.5-large", False),
+                                          ("ckpt/HPS_v2.1_compressed.pt", True), ("HPSv2", True), ("./a/b", True)])
+def test_hub_ids_and_paths_are_told_apart(source, local):
+    from rewards.weights import is_local
+
+    assert is_local(source) is local
+
+
+def test_hf_rewards_need_a_folder(tiny_rewards):
+    with pytest.raises(ConfigError, match="is a file; it must be a folder holding config.json"):
+        validate(compose(["reward=clip", f"reward.path={tiny_rewards / 'clip' / 'config.json'}"]))
+
+
 def test_a_folder_without_the_checkpoint_names_it(tiny_rewards, tmp_path):
     with pytest.raises(ConfigError, match="has no HPS_v2.1_compressed.pt"):
         validate(compose(["reward=hps", *tiny_reward_overrides(tiny_rewards, "hps"), f"reward.path={tmp_path}"]))
