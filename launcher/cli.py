@@ -39,6 +39,9 @@ def _run_info(cfg: DictConfig):
 
 def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
+    from launcher import preemption
+
+    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))   # before the slow imports: see preemption.py
     from launcher.errors import ConfigError
     from launcher.trainer import Trainer, TrainingAborted
 

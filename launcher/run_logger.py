@@ -6,15 +6,24 @@ The metric names are a public interface (README "Metrics"): ``step``, ``reward/*
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 
 class RunLogger:
     """Only rank 0 writes (``enabled``). A resumed run keeps the rows already written and does not log again the
     steps it replays from its last checkpoint (each step appears once, in W&B and in metrics.jsonl; on a
-    deterministic CPU run the replayed values equal the logged ones)."""
+    deterministic CPU run the replayed values equal the logged ones).
+
+    The dashboard backend may die under us: SLURM preemption sends SIGTERM to every process of the job step,
+    W&B's service process included. Training must still reach its checkpoint, so a failing backend is dropped with
+    a warning and the rows it missed go to ``wandb_pending.jsonl``; the resumed run sends them first, into the same
+    W&B run, so no step is missing there either.
+    """
 
     def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
                  enabled: bool = True):
@@ -24,6 +33,8 @@ class RunLogger:
         self.enabled = enabled
         self.history: list[dict] = []
         self.last_logged_step = -1
+        self.pending_path = self.run_dir / "wandb_pending.jsonl"
+        self.backend_failed = False
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -32,6 +43,28 @@ class RunLogger:
             self.last_logged_step = max((int(r["step"]) for r in self.history), default=-1)
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
+        self.backend_failed = False
+        if resume and self.pending_path.exists():
+            pending = [json.loads(l) for l in self.pending_path.read_text().splitlines() if l.strip()]
+            self.pending_path.unlink()
+            for row in pending:               # rows a dead backend missed last time, in order, before new ones
+                self._send(row)
+            log.info("re-sent %d metric rows the previous attempt could not log to the dashboard", len(pending))
+        elif self.pending_path.exists():
+            self.pending_path.unlink()
+
+    def _send(self, row: dict) -> None:
+        if self.backend is not None:
+            try:
+                self.backend.log(row, step=int(row["step"]))
+                return
+            except Exception as e:  # noqa: BLE001 - a dashboard failure must never stop training
+                log.warning("dashboard logging failed (%s: %s); continuing with metrics.jsonl, missed rows kept in "
+                            "%s for the resumed run", type(e).__name__, e, self.pending_path)
+                self.backend, self.backend_failed = None, True
+        if self.backend_failed:
+            with self.pending_path.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
 
     def log(self, metrics: dict[str, float]) -> None:
         if not self.enabled or int(metrics["step"]) <= self.last_logged_step:
@@ -41,13 +74,18 @@ class RunLogger:
         self.history.append(row)
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self.backend is not None:
-            self.backend.log({k: v for k, v in metrics.items()}, step=int(metrics["step"]))
+        self._send(row)
 
     def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
         if self.backend is not None and self.enabled and step > self.last_logged_step:
-            self.backend.log_image(key, path, step, caption)
+            try:
+                self.backend.log_image(key, path, step, caption)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not log image %s to the dashboard (%s)", path, e)
 
     def finish(self, exit_code: int = 0) -> None:
         if self.backend is not None:
-            self.backend.finish(exit_code)
+            try:
+                self.backend.finish(exit_code)
+            except Exception as e:  # noqa: BLE001
+                log.warning("dashboard finish failed (%s); metrics are in %s", e, self.metrics_path)

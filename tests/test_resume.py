@@ -105,3 +105,36 @@ def test_killed_writer_leaves_no_checkpoint_that_resume_would_pick(tmp_path):
     assert mgr.load(mgr.latest(), model, opt)["step"] == 1
     mgr.save(2, model, opt, {})                                          # the next writer cleans up and succeeds
     assert mgr.latest() == tmp_path / "step_00000002" and not (tmp_path / ".step_00000002.tmp").exists()
+
+
+class DyingBackend:
+    """A dashboard whose service dies after ``alive`` rows (as W&B's does when SLURM sends SIGTERM)."""
+
+    def __init__(self, alive):
+        self.rows, self.alive, self.run_id = [], alive, "abc"
+
+    def log(self, row, step):
+        if len(self.rows) >= self.alive:
+            raise ConnectionResetError("Connection lost")
+        self.rows.append(dict(row))
+
+    def finish(self, exit_code=0):
+        raise ConnectionResetError("Connection lost")
+
+
+def test_a_dead_dashboard_never_stops_training_and_its_rows_reach_the_resumed_run(tmp_path):
+    from launcher.run_logger import RunLogger
+
+    first = DyingBackend(alive=2)
+    logger = RunLogger(tmp_path, first)
+    for step in range(4):
+        logger.log({"step": step, "reward/mean": 0.1 * step})
+    logger.finish()                                   # does not raise either
+    assert [r["step"] for r in first.rows] == [0, 1]
+    second = DyingBackend(alive=100)
+    resumed = RunLogger(tmp_path, second, resume=True)
+    resumed.log({"step": 3, "reward/mean": 0.3})      # replayed after the checkpoint: not logged again
+    resumed.log({"step": 4, "reward/mean": 0.4})
+    assert [r["step"] for r in second.rows] == [2, 3, 4]          # the missed rows first, then new ones
+    assert [r["step"] for r in resumed.history] == [0, 1, 2, 3, 4]
+    assert not (tmp_path / "wandb_pending.jsonl").exists()
