@@ -56,6 +56,13 @@ def run(cfg: DictConfig, info=None) -> float:
     except TrainingAborted as e:
         print(f"rewardflow: training aborted: {e}", file=sys.stderr)
         sys.exit(3)
+    except Exception as e:
+        from launcher.job_logs import RankFailure, other_ranks_report
+
+        report = other_ranks_report() if trainer.world.is_main else ""
+        if report:   # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
+            raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
+        raise
 
 
 def _quiet_libraries() -> None:

@@ -19,10 +19,12 @@ class RunLogger:
     steps it replays from its last checkpoint (each step appears once, in W&B and in metrics.jsonl; on a
     deterministic CPU run the replayed values equal the logged ones).
 
-    The dashboard backend may die under us: SLURM preemption sends SIGTERM to every process of the job step,
-    W&B's service process included. Training must still reach its checkpoint, so a failing backend is dropped with
-    a warning and the rows it missed go to ``wandb_pending.jsonl``; the resumed run sends them first, into the same
-    W&B run, so no step is missing there either.
+    ``metrics.jsonl`` is the source of truth. The dashboard backend may die under us: SLURM preemption sends
+    SIGTERM to every process of the job step, W&B's service process included, and ``wandb.log`` only starts raising
+    a few calls later, so some rows are lost without an error. Training must still reach its checkpoint: a failing
+    backend is dropped with a warning. On resume, the backend reports the last step it really holds
+    (``backend.last_step()``) and the logger backfills every later row of ``metrics.jsonl`` into the same run, so
+    the dashboard ends with each step exactly once.
     """
 
     def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
@@ -33,38 +35,37 @@ class RunLogger:
         self.enabled = enabled
         self.history: list[dict] = []
         self.last_logged_step = -1
-        self.pending_path = self.run_dir / "wandb_pending.jsonl"
-        self.backend_failed = False
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.metrics_path.exists():
             self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
             self.last_logged_step = max((int(r["step"]) for r in self.history), default=-1)
+            self._backfill()
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
-        self.backend_failed = False
-        if resume and self.pending_path.exists():
-            pending = [json.loads(l) for l in self.pending_path.read_text().splitlines() if l.strip()]
-            self.pending_path.unlink()
-            for row in pending:               # rows a dead backend missed last time, in order, before new ones
-                self._send(row)
-            log.info("re-sent %d metric rows the previous attempt could not log to the dashboard", len(pending))
-        elif self.pending_path.exists():
-            self.pending_path.unlink()
+
+    def _backfill(self) -> None:
+        """Send the rows of metrics.jsonl that the dashboard does not hold yet (in step order)."""
+        if self.backend is None or not hasattr(self.backend, "last_step"):
+            return
+        have = self.backend.last_step()
+        missing = [r for r in self.history if int(r["step"]) > have]
+        for row in missing:
+            self._send(row)
+        if missing:
+            log.info("sent %d metric rows (steps %d-%d) that the dashboard had missed", len(missing),
+                     missing[0]["step"], missing[-1]["step"])
 
     def _send(self, row: dict) -> None:
-        if self.backend is not None:
-            try:
-                self.backend.log(row, step=int(row["step"]))
-                return
-            except Exception as e:  # noqa: BLE001 - a dashboard failure must never stop training
-                log.warning("dashboard logging failed (%s: %s); continuing with metrics.jsonl, missed rows kept in "
-                            "%s for the resumed run", type(e).__name__, e, self.pending_path)
-                self.backend, self.backend_failed = None, True
-        if self.backend_failed:
-            with self.pending_path.open("a") as fh:
-                fh.write(json.dumps(row) + "\n")
+        if self.backend is None:
+            return
+        try:
+            self.backend.log(row, step=int(row["step"]))
+        except Exception as e:  # noqa: BLE001 - a dashboard failure must never stop training
+            log.warning("dashboard logging failed (%s: %s); continuing with metrics.jsonl only (a resumed run "
+                        "backfills the dashboard)", type(e).__name__, e)
+            self.backend = None
 
     def log(self, metrics: dict[str, float]) -> None:
         if not self.enabled or int(metrics["step"]) <= self.last_logged_step:
