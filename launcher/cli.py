@@ -57,8 +57,18 @@ def run(cfg: DictConfig, info=None) -> float:
         print(f"rewardflow: training aborted: {e}", file=sys.stderr)
         sys.exit(3)
     except Exception as e:
+        import time
+        import traceback
+
         from launcher.job_logs import RankFailure, other_ranks_report
 
+        # Hydra keeps a task's exception inside its JobReturn without printing it: every rank writes its own
+        # traceback to its log first, so the rank that failed first has the cause in its log.
+        print(f"rank {trainer.world.rank} failed:", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        if trainer.world.world_size > 1 and trainer.world.is_main:
+            time.sleep(2.0)          # let the other ranks finish writing theirs
         report = other_ranks_report() if trainer.world.is_main else ""
         if report:   # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
             raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
