@@ -7,12 +7,17 @@ mixed in one group.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Iterable
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+
+# diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do (cpu_stack §9.11)
+warnings.filterwarnings("ignore", message=".*returned a view tensor.*", category=UserWarning)
 
 
 def mixed_precision_policy(device_type: str) -> MixedPrecisionPolicy:

@@ -10,6 +10,8 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
+from filelock import FileLock
+
 
 def default_cache_dir() -> Path:
     return Path(os.environ.get("REWARDFLOW_CACHE", Path.home() / ".cache" / "rewardflow"))
@@ -26,14 +28,18 @@ def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: s
     if (target / "model_index.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=target.parent))
-    try:
-        build().save_pretrained(tmp)
+    # a file lock makes concurrent processes (ranks, sweep jobs, test workers) build the twin one at a time
+    with FileLock(str(target) + ".lock"):
+        if (target / "model_index.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=target.parent))
         try:
+            build().save_pretrained(tmp)
+            empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
+            if empty:   # transformers writes no weights on a torch.distributed rank other than 0
+                raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
+                                   f"(the trainer does) or before initialising torch.distributed")
             tmp.rename(target)
-        except OSError:
-            if not (target / "model_index.json").exists():   # another process won the race only if it finished
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
