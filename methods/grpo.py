@@ -9,6 +9,7 @@ import math
 import torch
 from omegaconf import DictConfig
 
+from launcher.distributed import all_gather_cat, all_gather_objects
 from launcher.errors import ConfigError
 from methods.advantages import ADVANTAGE_MODES, compute_advantages
 from methods.base import Method, Rollout
@@ -80,7 +81,8 @@ class GRPO(Method):
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         g, bb, sde = int(self.cfg.group_size), self.backbone, self.sde
         expanded = [p for p in prompts for _ in range(g)]
-        keys = [k for k in range(len(prompts)) for _ in range(g)]
+        first = self.world.rank * len(prompts)            # group keys unique across ranks
+        keys = [first + k for k in range(len(prompts)) for _ in range(g)]
         embeds = bb.encode_prompts(expanded)
         x = self._initial_noise(len(prompts), generator)
         b, n = x.shape[0], sde.num_steps
@@ -105,10 +107,14 @@ class GRPO(Method):
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        """Advantages over the whole step: rewards and keys are gathered from every rank (Flow-GRPO groups by
+        prompt over the gathered batch; ``global_std`` needs all rewards), then each rank keeps its own rows."""
         keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
-        adv = compute_advantages(rollout.rewards, keys, self.cfg.advantage, self.cfg.global_std,
-                                 self.cfg.adv_clip_max)
-        rollout.advantages = adv.values.to(rollout.images.device)
+        rewards = all_gather_cat(rollout.rewards)
+        all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
+        adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
+        mine = adv.values.view(self.world.world_size, -1)[self.world.rank]
+        rollout.advantages = mine.to(rollout.images.device)
         return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
 
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
