@@ -18,10 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint import CheckpointManager
 from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                  init_distributed, submitit_job_env)
+                                  init_distributed, main_rank_first, submitit_job_env)
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
-from launcher.preemption import PreemptionGuard
+from launcher import preemption
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
@@ -94,7 +94,8 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls = get_class(cfg.method._target_)
-        self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
+            self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
         if self.world.world_size > 1:
             from torch.distributed.device_mesh import init_device_mesh
 
@@ -108,7 +109,7 @@ class Trainer:
         self.optimizer = instantiate(cfg.optimizer)(self.params)
         self.counter = NFECounter(self.backbone.transformer_modules())
         self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
-        self.preemption = PreemptionGuard(self.world)
+        self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
         self.start_step = 0
@@ -298,7 +299,7 @@ class Trainer:
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
                     self.logger.finish(exit_code=0)
-                    self.preemption.hand_over()           # requeues (rank 0 exits here)
+                    self.preemption.hand_over(self.world.is_main)   # requeues (rank 0 exits here)
                     return float("nan")
                 if t.ckpt_every and (step + 1) % t.ckpt_every == 0 and not last:
                     self.save_checkpoint(step)

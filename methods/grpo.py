@@ -168,12 +168,18 @@ class GRPO(Method):
         t_count = steps.shape[1]
         totals: dict[str, float] = {}
         for t in range(t_count):
-            index = steps[:, t]
-            ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
-            loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
-            (loss.sum() / (update_size * t_count)).backward()
-            accumulate_stats(totals, loss, stats, weight=1.0 / t_count)
+            self.exact_step_backward(rollout, samples, steps[:, t], update_size * t_count, totals, 1.0 / t_count)
         return totals
+
+    def exact_step_backward(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, norm: int,
+                            totals: dict[str, float], weight: float) -> None:
+        """Forward + backward of one trained transition ``index`` (m,) of ``samples``: the loss summed over the rows
+        and divided by ``norm``; statistics added to ``totals`` with ``weight``. Methods that train some steps
+        exactly and others differently (JAGG) call this for the exact ones."""
+        ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
+        loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
+        (loss.sum() / norm).backward()
+        accumulate_stats(totals, loss, stats, weight=weight)
 
 
 def accumulate_stats(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor],

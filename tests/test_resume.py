@@ -105,3 +105,42 @@ def test_killed_writer_leaves_no_checkpoint_that_resume_would_pick(tmp_path):
     assert mgr.load(mgr.latest(), model, opt)["step"] == 1
     mgr.save(2, model, opt, {})                                          # the next writer cleans up and succeeds
     assert mgr.latest() == tmp_path / "step_00000002" and not (tmp_path / ".step_00000002.tmp").exists()
+
+
+class DyingBackend:
+    """A dashboard whose service dies after ``alive`` rows, silently for the first ``silent`` ones (as W&B's does
+    when SLURM's SIGTERM kills its service: wandb.log raises only a few calls later)."""
+
+    def __init__(self, alive, silent=0, held=None):
+        self.rows, self.alive, self.silent, self.run_id = list(held or []), alive, silent, "abc"
+        self.calls = 0
+
+    def log(self, row, step):
+        self.calls += 1
+        if self.calls > self.alive + self.silent:
+            raise ConnectionResetError("Connection lost")
+        if self.calls <= self.alive:
+            self.rows.append(dict(row))
+
+    def last_step(self):
+        return max((int(r["step"]) for r in self.rows), default=-1)
+
+    def finish(self, exit_code=0):
+        raise ConnectionResetError("Connection lost")
+
+
+def test_a_dead_dashboard_never_stops_training_and_the_resumed_run_backfills_it(tmp_path):
+    from launcher.run_logger import RunLogger
+
+    first = DyingBackend(alive=2, silent=2)
+    logger = RunLogger(tmp_path, first)
+    for step in range(6):
+        logger.log({"step": step, "reward/mean": 0.1 * step})
+    logger.finish()                                   # does not raise either
+    assert [r["step"] for r in first.rows] == [0, 1]  # steps 2-3 vanished silently, 4-5 raised
+    second = DyingBackend(alive=100, held=first.rows)
+    resumed = RunLogger(tmp_path, second, resume=True)
+    resumed.log({"step": 5, "reward/mean": 0.5})      # replayed after the checkpoint: not logged again
+    resumed.log({"step": 6, "reward/mean": 0.6})
+    assert [r["step"] for r in second.rows] == [0, 1, 2, 3, 4, 5, 6]     # each step exactly once
+    assert [r["step"] for r in resumed.history] == list(range(7))

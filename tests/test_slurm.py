@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -121,9 +122,9 @@ def test_preempted_job_is_requeued_and_resumes_bitwise(tmp_path, reference):
         proc = subprocess.Popen([*rewardflow_cmd(), "-m", *SLURM, *LONG, f"output_root={tmp_path}"], cwd=ROOT,
                                 stdout=out, stderr=err, text=True)
     job = wait_for_step(tmp_path, 70, proc)                          # after the step-49 checkpoint
-    folder = next((job.parent / ".submitit").glob("*_0"))
-    job_id = folder.name                                            # <array id>_<index>
-    submitit.SlurmJob(folder=folder.parent / "%j", job_id=job_id)._interrupt()   # SIGTERM then USR2
+    ids = sorted(p.name for p in (job.parent / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
+    job_id = ids[-1]                                # "<id>" for a single job, "<array id>_<index>" in an array
+    submitit.SlurmJob(folder=job.parent / ".submitit" / "%j", job_id=job_id)._interrupt()   # SIGTERM then USR2
     proc.wait(timeout=600)
     assert proc.returncode == 0, (tmp_path / "stderr").read_text()[-3000:]
     log = (job / "cli.log").read_text()
