@@ -39,20 +39,54 @@ def _run_info(cfg: DictConfig):
 
 def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
-    from launcher.errors import ConfigError
+    from launcher import preemption
+
+    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))   # before the slow imports: see preemption.py
     from launcher.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
     try:
         trainer = Trainer(cfg, info or _run_info(cfg))
-    except ConfigError as e:
-        print(f"rewardflow: config error: {e}", file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - Hydra wraps errors raised while instantiating components
+        cause = config_error_in(e)
+        if cause is None:
+            raise
+        print(f"rewardflow: config error: {cause}", file=sys.stderr)
         sys.exit(2)
     try:
         return trainer.fit()
     except TrainingAborted as e:
         print(f"rewardflow: training aborted: {e}", file=sys.stderr)
         sys.exit(3)
+    except Exception as e:
+        import time
+        import traceback
+
+        from launcher.job_logs import RankFailure, other_ranks_report
+
+        # Hydra keeps a task's exception inside its JobReturn without printing it: every rank writes its own
+        # traceback to its log first, so the rank that failed first has the cause in its log.
+        print(f"rank {trainer.world.rank} failed:", file=sys.stderr)
+        traceback.print_exc(file=sys.stderr)
+        sys.stderr.flush()
+        if trainer.world.world_size > 1 and trainer.world.is_main:
+            time.sleep(2.0)          # let the other ranks finish writing theirs
+        report = other_ranks_report() if trainer.world.is_main else ""
+        if report:   # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
+            raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
+        raise
+
+
+def config_error_in(error: BaseException | None):
+    """The :class:`ConfigError` in ``error``'s cause chain (Hydra's ``instantiate`` wraps what a component's
+    constructor raises, e.g. a model that cannot be loaded offline), or None."""
+    from launcher.errors import ConfigError
+
+    while error is not None:
+        if isinstance(error, ConfigError):
+            return error
+        error = error.__cause__
+    return None
 
 
 def _quiet_libraries() -> None:

@@ -27,8 +27,11 @@ class TrainerConfig:
     sample_every: int = 10            # image grid every N steps (W&B and PNG); 0 disables
     num_sample_images: int = 8
     max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
-    threads: int = 0                  # torch CPU threads; 0 = all cores
+    threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
     progress: bool = True             # progress bar with reward and s/step
+    ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
+    keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
+    resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
 
 
 @dataclass
@@ -70,7 +73,15 @@ def all_schemas() -> dict[str, dict[str, type]]:
     return out
 
 
+def register_resolvers() -> None:
+    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("rf_null_if_zero", lambda x: None if x in (0, "0") else x, replace=True)
+
+
 def register_configs() -> None:
+    register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     for group, entries in all_schemas().items():

@@ -6,41 +6,87 @@ The metric names are a public interface (README "Metrics"): ``step``, ``reward/*
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
 
 class RunLogger:
-    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False):
+    """Only rank 0 writes (``enabled``). A resumed run keeps the rows already written and does not log again the
+    steps it replays from its last checkpoint (each step appears once, in W&B and in metrics.jsonl; on a
+    deterministic CPU run the replayed values equal the logged ones).
+
+    ``metrics.jsonl`` is the source of truth. The dashboard backend may die under us: SLURM preemption sends
+    SIGTERM to every process of the job step, W&B's service process included, and ``wandb.log`` only starts raising
+    a few calls later, so some rows are lost without an error. Training must still reach its checkpoint: a failing
+    backend is dropped with a warning. On resume, the backend reports the last step it really holds
+    (``backend.last_step()``) and the logger backfills every later row of ``metrics.jsonl`` into the same run, so
+    the dashboard ends with each step exactly once.
+    """
+
+    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
+                 enabled: bool = True):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.backend = backend
+        self.enabled = enabled
         self.history: list[dict] = []
+        self.last_logged_step = -1
+        if not enabled:
+            return
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.metrics_path.exists():
             self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
+            self.last_logged_step = max((int(r["step"]) for r in self.history), default=-1)
+            self._backfill()
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
 
-    def truncate(self, last_step: int) -> None:
-        """Drop rows after ``last_step`` (a resumed run replays them from its checkpoint)."""
-        self.history = [r for r in self.history if r["step"] <= last_step]
-        self.metrics_path.write_text("".join(json.dumps(r) + "\n" for r in self.history))
+    def _backfill(self) -> None:
+        """Send the rows of metrics.jsonl that the dashboard does not hold yet (in step order)."""
+        if self.backend is None or not hasattr(self.backend, "last_step"):
+            return
+        have = self.backend.last_step()
+        missing = [r for r in self.history if int(r["step"]) > have]
+        for row in missing:
+            self._send(row)
+        if missing:
+            log.info("sent %d metric rows (steps %d-%d) that the dashboard had missed", len(missing),
+                     missing[0]["step"], missing[-1]["step"])
+
+    def _send(self, row: dict) -> None:
+        if self.backend is None:
+            return
+        try:
+            self.backend.log(row, step=int(row["step"]))
+        except Exception as e:  # noqa: BLE001 - a dashboard failure must never stop training
+            log.warning("dashboard logging failed (%s: %s); continuing with metrics.jsonl only (a resumed run "
+                        "backfills the dashboard)", type(e).__name__, e)
+            self.backend = None
 
     def log(self, metrics: dict[str, float]) -> None:
+        if not self.enabled or int(metrics["step"]) <= self.last_logged_step:
+            return
         row = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.history.append(row)
         with self.metrics_path.open("a") as fh:
             fh.write(json.dumps(row) + "\n")
-        if self.backend is not None:
-            self.backend.log({k: v for k, v in metrics.items()}, step=int(metrics["step"]))
+        self._send(row)
 
     def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
-        if self.backend is not None:
-            self.backend.log_image(key, path, step, caption)
+        if self.backend is not None and self.enabled and step > self.last_logged_step:
+            try:
+                self.backend.log_image(key, path, step, caption)
+            except Exception as e:  # noqa: BLE001
+                log.warning("could not log image %s to the dashboard (%s)", path, e)
 
     def finish(self, exit_code: int = 0) -> None:
         if self.backend is not None:
-            self.backend.finish(exit_code)
+            try:
+                self.backend.finish(exit_code)
+            except Exception as e:  # noqa: BLE001
+                log.warning("dashboard finish failed (%s); metrics are in %s", e, self.metrics_path)

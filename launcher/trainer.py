@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,8 +16,12 @@ import torch
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
+from launcher.checkpoint import CheckpointManager
+from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+                                  init_distributed, main_rank_first, submitit_job_env)
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
+from launcher import preemption
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
@@ -62,18 +67,39 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     return (seed * 1_000_003 + step) * 1_009 + rank
 
 
+def default_threads(world_local_size: int) -> int:
+    """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
+    if os.environ.get("SLURM_CPUS_PER_TASK"):
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    return max(1, (os.cpu_count() or 1) // max(1, world_local_size))
+
+
 class Trainer:
     def __init__(self, cfg: DictConfig, info: RunInfo):
         self.prompts = validate(cfg)           # fails fast, before any model is built
         self.cfg, self.info = cfg, info
         t = cfg.trainer
-        if t.threads:
-            torch.set_num_threads(int(t.threads))
-        torch.manual_seed(t.seed)
-        self.world_size = 1
+        if cfg.cluster.name != "local" and submitit_job_env() is None:
+            raise ConfigError(f"cluster={cfg.cluster.name} runs its ranks through Hydra's submitit launcher, but "
+                              f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
+                              f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local")
+        self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
+        if cfg.method.prompts_per_step % self.world.world_size:
+            raise ConfigError(f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
+                              f"{self.world.world_size} ranks (each rank samples whole prompt groups)")
+        local_size = int(os.environ.get("LOCAL_WORLD_SIZE", self.world.world_size if self.world.world_size > 1 else 1))
+        torch.set_num_threads(int(t.threads) or default_threads(local_size))
+        torch.manual_seed(t.seed + self.world.rank)     # per-rank seeds (sampling noise is seeded per step below)
+        if not self.world.is_main:
+            logging.getLogger().setLevel(logging.WARNING)
 
         method_cls = get_class(cfg.method._target_)
-        self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
+            self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        if self.world.world_size > 1:
+            from torch.distributed.device_mesh import init_device_mesh
+
+            self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
         self.method = method_cls(cfg.method, self.backbone)
         self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
         self.data = instantiate(cfg.data, seed=t.seed)
@@ -82,15 +108,42 @@ class Trainer:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
         self.optimizer = instantiate(cfg.optimizer)(self.params)
         self.counter = NFECounter(self.backbone.transformer_modules())
-        self.logger = RunLogger(info.run_dir, self._build_backend())
+        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
+        self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
+        self.start_step = 0
+        wandb_id = self._resume() if t.resume else None
+        self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
+                                resume=self.start_step > 0, enabled=self.world.is_main)
         n_params = sum(p.numel() for p in self.params)
-        log.info("method=%s model=%s reward=%s | %d trainable parameters | %d samples/step | run dir %s",
-                 cfg.method.name, cfg.model.name, cfg.reward.name, n_params, self.method.samples_per_step,
-                 info.run_dir)
+        log.info("method=%s model=%s reward=%s | %d trainable parameters | %d samples/step on %d rank(s) | "
+                 "run dir %s", cfg.method.name, cfg.model.name, cfg.reward.name, n_params,
+                 self.method.samples_per_step, self.world.world_size, info.run_dir)
 
-    def _build_backend(self):
+    # -- checkpoints --------------------------------------------------------------------------------------------
+    def _wandb_id_file(self) -> Path:
+        return self.info.run_dir / "wandb_run_id"
+
+    def _resume(self) -> str | None:
+        """Load the latest complete checkpoint of this run dir, if any; return the W&B run id to continue."""
+        latest = broadcast_object(str(self.checkpoints.latest() or ""))
+        wandb_id = self._wandb_id_file().read_text().strip() if self._wandb_id_file().exists() else None
+        if latest:
+            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer)
+            self.start_step = int(meta["step"]) + 1
+            self.wallclock = float(meta.get("wallclock_s", 0.0))
+            wandb_id = meta.get("wandb_run_id") or wandb_id
+            log.info("resuming at step %d from %s", self.start_step, latest)
+        return wandb_id
+
+    def save_checkpoint(self, step: int) -> Path:
+        backend = self.logger.backend
+        meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
+                "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
+        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta)
+
+    def _build_backend(self, run_id: str | None):
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
@@ -102,7 +155,9 @@ class Trainer:
         kwargs.update(group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
                       run_name=lcfg.run_name or self.info.run_name)
         # the run config holds nested _target_ keys, so it must not go through hydra's recursive instantiate
-        return cls(run_dir=self.info.run_dir, run_config=cfg_dict, **kwargs)
+        backend = cls(run_dir=self.info.run_dir, run_config=cfg_dict, run_id=run_id, **kwargs)
+        self._wandb_id_file().write_text(backend.run_id + "\n")   # a restart before any checkpoint reuses it
+        return backend
 
     # -- one step -----------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
@@ -110,13 +165,15 @@ class Trainer:
         timer = PhaseTimer()
         t_start = time.perf_counter()
         fwd0, bwd0 = self.counter.snapshot()
-        generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, step))
-        prompts = self.data.batch(step, int(cfg.method.prompts_per_step))
+        world = self.world
+        generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, step, world.rank))
+        prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank::world.world_size]
 
         with timer("rollout"):
             rollout = method.rollout(prompts, generator)
         with timer("reward"):
-            rewards = method.score(rollout, self.reward)
+            method.score(rollout, self.reward)
+        rewards = all_gather_cat(rollout.rewards.float())        # every rank sees the step's rewards
         metrics: dict[str, float] = {
             "step": step,
             "reward/mean": float(rewards.mean()),
@@ -141,6 +198,8 @@ class Trainer:
         step_s = time.perf_counter() - t_start
         self.wallclock += step_s
         fwd1, bwd1 = self.counter.snapshot()
+        counts = all_reduce_sum(torch.tensor([fwd1 - fwd0, bwd1 - bwd0], dtype=torch.float64,
+                                             device=collective_device())).tolist()
         metrics.update({
             "lr": self.optimizer.param_groups[0]["lr"],
             "time/rollout_s": timer.seconds.get("rollout", 0.0),
@@ -148,13 +207,13 @@ class Trainer:
             "time/update_s": timer.seconds.get("update", 0.0),
             "time/step_s": step_s,
             "time/wallclock_s": self.wallclock,
-            "time/gpu_hours": self.world_size * self.wallclock / 3600.0,
-            "count/transformer_fwd": fwd1 - fwd0,
-            "count/transformer_bwd": bwd1 - bwd0,
+            "time/gpu_hours": self.world.world_size * self.wallclock / 3600.0,
+            "count/transformer_fwd": int(counts[0]),      # summed over ranks: the step's total transformer work
+            "count/transformer_bwd": int(counts[1]),
         })
         self.logger.log(metrics)
         every = cfg.trainer.sample_every
-        if every and (step % every == 0 or step == cfg.trainer.steps - 1):
+        if every and world.is_main and (step % every == 0 or step == cfg.trainer.steps - 1):
             self._log_samples(rollout, step)
         if self.nonfinite_in_a_row >= cfg.trainer.max_nonfinite_in_a_row:
             raise TrainingAborted(
@@ -165,7 +224,11 @@ class Trainer:
         return metrics
 
     def _run_updates(self, rollout, generator) -> tuple[int, dict[str, float]]:
-        """All optimizer updates of one rollout; returns (number of skipped updates, averaged statistics)."""
+        """All optimizer updates of one rollout; returns (number of skipped updates, averaged statistics).
+
+        Statistics are per-sample sums on each rank, summed over ranks and divided by the number of samples; the
+        skip decision is taken jointly (``any_rank``) so sharded parameters never diverge between ranks.
+        """
         sums: dict[str, float] = {}
         grad_norms, n_samples, skipped = [], 0, 0
         for update in self.method.update_plan(rollout, generator):
@@ -175,7 +238,7 @@ class Trainer:
                 for k, v in self.method.backward(rollout, mb, update_size).items():
                     stats[k] = stats.get(k, 0.0) + v
             norm = self._grad_norm()
-            if stats.pop("nonfinite", 0.0) or not math.isfinite(norm):
+            if any_rank(bool(stats.pop("nonfinite", 0.0)) or not math.isfinite(norm)):
                 skipped += 1
                 log.warning("non-finite loss or gradient (grad norm %s); optimizer step skipped", norm)
                 self.optimizer.zero_grad(set_to_none=True)
@@ -186,19 +249,27 @@ class Trainer:
             n_samples += update_size
             for k, v in stats.items():
                 sums[k] = sums.get(k, 0.0) + v
-        out = {k: v / max(n_samples, 1) for k, v in sums.items()}
+        keys = sorted(sums)
+        totals = all_reduce_sum(torch.tensor([sums[k] for k in keys] + [float(n_samples)], dtype=torch.float64,
+                                             device=collective_device())).tolist()
+        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
         if grad_norms:
             out["grad_norm"] = sum(grad_norms) / len(grad_norms)
         return skipped, out
 
     def _grad_norm(self) -> float:
+        """Global gradient norm (over all ranks' shards) before clipping; clips when max_grad_norm > 0."""
         max_norm = float(self.cfg.trainer.max_grad_norm)
         grads = [p for p in self.params if p.grad is not None]
         if not grads:
             return 0.0
         if max_norm > 0:
-            return float(torch.nn.utils.clip_grad_norm_(grads, max_norm))
-        return float(torch.nn.utils.get_total_norm([p.grad for p in grads]))
+            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm)
+        else:
+            norm = torch.nn.utils.get_total_norm([p.grad for p in grads])
+        if hasattr(norm, "full_tensor"):                 # DTensor under FSDP2
+            norm = norm.full_tensor()
+        return float(norm)
 
     def _log_samples(self, rollout, step: int) -> None:
         g = int(self.cfg.method.group_size)
@@ -215,20 +286,34 @@ class Trainer:
         """Train ``trainer.steps`` steps; returns the final ``reward/mean`` (the value sweepers optimise)."""
         from tqdm.auto import tqdm
 
-        steps = int(self.cfg.trainer.steps)
-        bar = tqdm(range(steps), desc=f"{self.cfg.method.name}", disable=not self.cfg.trainer.progress,
-                   dynamic_ncols=True)
+        t = self.cfg.trainer
+        steps = int(t.steps)
+        bar = tqdm(range(self.start_step, steps), desc=f"{self.cfg.method.name}", initial=self.start_step,
+                   total=steps, disable=not (t.progress and self.world.is_main), dynamic_ncols=True)
         exit_code = 1
         try:
             for step in bar:
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
+                last = step == steps - 1
+                if self.preemption.should_stop():
+                    self.save_checkpoint(step)
+                    self.logger.finish(exit_code=0)
+                    self.preemption.hand_over(self.world.is_main)   # requeues (rank 0 exits here)
+                    return float("nan")
+                if t.ckpt_every and (step + 1) % t.ckpt_every == 0 and not last:
+                    self.save_checkpoint(step)
             exit_code = 0
         finally:
-            self._finish(exit_code)
-        return float(self.logger.history[-1]["reward/mean"])
+            if exit_code == 0 or not self.preemption.requested:
+                self._finish(exit_code)
+        return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
 
     def _finish(self, exit_code: int) -> None:
+        if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
+            self.save_checkpoint(int(self.cfg.trainer.steps) - 1)   # the end state is a checkpoint too
+        if not self.world.is_main:
+            return
         if self.logger.history:
             plot_reward_curve(self.logger.history, self.info.run_dir / "reward_curve.png",
                               title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}")

@@ -38,7 +38,7 @@ def validate(cfg: DictConfig) -> list[str]:
     method_cls = _component(cfg, "method")
     method_cls.check_config(cfg)
     reward_cls = _component(cfg, "reward")
-    if method_cls.requires_differentiable_reward and not reward_cls.differentiable:
+    if method_cls.requires_differentiable_reward and not reward_cls.is_differentiable(cfg.reward):
         raise ConfigError(f"method={cfg.method.name} needs a differentiable reward, but reward={cfg.reward.name} "
                           f"is not. Fix: choose a differentiable reward (e.g. reward=color)")
     _component(cfg, "model")
@@ -50,7 +50,7 @@ def validate(cfg: DictConfig) -> list[str]:
                           "line) or a .jsonl file with key data.field")
     prompts = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
     try:
-        reward_cls.check_prompts(prompts)
+        reward_cls.check_config(cfg.reward, prompts)    # the prompts, and e.g. weights present when offline
     except ValueError as e:
         raise ConfigError(str(e)) from None
     return prompts

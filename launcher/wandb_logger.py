@@ -33,6 +33,7 @@ class WandbLogger:
 
         os.environ.setdefault("WANDB_SILENT", "true")
         self.mode = resolve_mode(mode)
+        self.run_dir = Path(run_dir)
         self.log_images_enabled = log_images
         self._wandb = wandb
         self.run = wandb.init(project=project, entity=entity, dir=str(run_dir), mode=self.mode, config=run_config,
@@ -54,6 +55,23 @@ class WandbLogger:
         if self.mode == "online":
             return str(self.run.url)
         return str(Path(self.run.dir).parent)
+
+    def last_step(self) -> int:
+        """The highest ``step`` this W&B run already holds (-1 if none), so a resumed run can backfill the rest:
+        the server's summary when online; the earlier offline files of the same run id otherwise."""
+        if self.mode == "online":
+            value = self.run.summary.get("step")
+            return int(value) if value is not None else -1
+        from launcher.wandb_offline import read_offline_run
+
+        current = Path(self.run.dir).parent
+        best = -1
+        for folder in (self.run_dir / "wandb").glob(f"offline-run-*-{self.run.id}"):
+            if folder.resolve() == current.resolve():
+                continue
+            steps = read_offline_run(folder).series("step")
+            best = max([best, *(int(x) for x in steps)])
+        return best
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)

@@ -38,7 +38,7 @@ def iter_records(path: str | Path) -> Iterator[bytes]:
     if data[:4] != b":W&B":
         raise ValueError(f"{path}: not a W&B run file")
     off, buf = _HEADER, b""
-    while off + _HEADER <= len(data):
+    while off + _HEADER <= len(data):       # an incomplete trailing chunk (killed writer) is ignored
         if _BLOCK - off % _BLOCK < _HEADER:              # block trailer padding
             off += _BLOCK - off % _BLOCK
             continue
@@ -46,6 +46,8 @@ def iter_records(path: str | Path) -> Iterator[bytes]:
         off += _HEADER
         chunk = data[off:off + n]
         off += n
+        if len(chunk) < n:
+            return
         if kind == 1:
             yield chunk
         elif kind == 2:
@@ -71,10 +73,15 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         if not files:
             raise FileNotFoundError(f"no run-*.wandb in {path}")
         path = files[0]
+    from google.protobuf.message import DecodeError
+
     run = OfflineRun(path=path)
     for raw in iter_records(path):
         rec = pb.Record()
-        rec.ParseFromString(raw)
+        try:
+            rec.ParseFromString(raw)
+        except DecodeError:          # a truncated last record: the writer was killed (e.g. SLURM preemption)
+            break
         kind = rec.WhichOneof("record_type")
         if kind == "history":
             run.history.append({_key(i): json.loads(i.value_json) for i in rec.history.item})

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from launcher.distributed import current_world
 from models.backbone import Backbone, PromptEmbeds
 
 
@@ -65,6 +66,7 @@ class Method(abc.ABC):
     def __init__(self, cfg: DictConfig, backbone: Backbone):
         self.cfg = cfg
         self.backbone = backbone
+        self.world = current_world()       # this process's rank; collectives degrade to identity in one process
 
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod
@@ -83,7 +85,8 @@ class Method(abc.ABC):
     # -- the loop's hooks -----------------------------------------------------------------------------------------
     @abc.abstractmethod
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
-        """Sample ``group_size`` generations of each prompt, without gradients."""
+        """Sample ``group_size`` generations of each of this rank's prompts, without gradients. Group keys must be
+        unique across ranks (e.g. offset by ``self.world.rank``)."""
 
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         """Raw rewards (B,) of the rollout's images; stored on the rollout."""

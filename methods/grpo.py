@@ -9,6 +9,7 @@ import math
 import torch
 from omegaconf import DictConfig
 
+from launcher.distributed import all_gather_cat, all_gather_objects
 from launcher.errors import ConfigError
 from methods.advantages import ADVANTAGE_MODES, compute_advantages
 from methods.base import Method, Rollout
@@ -62,6 +63,11 @@ class GRPO(Method):
         """(n, N) bool: which transitions inject noise. Default: every step is an SDE step."""
         return torch.ones(n, self.sde.num_steps, dtype=torch.bool)
 
+    def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
+        """(B, N) bool given each row's group key, for methods whose draw is per group (Flash-GRPO: one SDE step
+        per prompt group). Default: the groups play no part, see :meth:`stochastic_steps`."""
+        return self.stochastic_steps(len(group_keys), generator)
+
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         """(B, T) long: the transitions each sample trains."""
         raise NotImplementedError
@@ -80,11 +86,12 @@ class GRPO(Method):
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         g, bb, sde = int(self.cfg.group_size), self.backbone, self.sde
         expanded = [p for p in prompts for _ in range(g)]
-        keys = [k for k in range(len(prompts)) for _ in range(g)]
+        first = self.world.rank * len(prompts)            # group keys unique across ranks
+        keys = [first + k for k in range(len(prompts)) for _ in range(g)]
         embeds = bb.encode_prompts(expanded)
         x = self._initial_noise(len(prompts), generator)
         b, n = x.shape[0], sde.num_steps
-        stochastic = self.stochastic_steps(b, generator)
+        stochastic = self.group_stochastic_steps(keys, generator)
         traj = torch.empty((b, n + 1, *x.shape[1:]), dtype=torch.float32, device=x.device)
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
         traj[:, 0] = x
@@ -105,10 +112,14 @@ class GRPO(Method):
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        """Advantages over the whole step: rewards and keys are gathered from every rank (Flow-GRPO groups by
+        prompt over the gathered batch; ``global_std`` needs all rewards), then each rank keeps its own rows."""
         keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
-        adv = compute_advantages(rollout.rewards, keys, self.cfg.advantage, self.cfg.global_std,
-                                 self.cfg.adv_clip_max)
-        rollout.advantages = adv.values.to(rollout.images.device)
+        rewards = all_gather_cat(rollout.rewards)
+        all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
+        adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
+        mine = adv.values.view(self.world.world_size, -1)[self.world.rank]
+        rollout.advantages = mine.to(rollout.images.device)
         return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
 
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
@@ -157,12 +168,18 @@ class GRPO(Method):
         t_count = steps.shape[1]
         totals: dict[str, float] = {}
         for t in range(t_count):
-            index = steps[:, t]
-            ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
-            loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
-            (loss.sum() / (update_size * t_count)).backward()
-            accumulate_stats(totals, loss, stats, weight=1.0 / t_count)
+            self.exact_step_backward(rollout, samples, steps[:, t], update_size * t_count, totals, 1.0 / t_count)
         return totals
+
+    def exact_step_backward(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, norm: int,
+                            totals: dict[str, float], weight: float) -> None:
+        """Forward + backward of one trained transition ``index`` (m,) of ``samples``: the loss summed over the rows
+        and divided by ``norm``; statistics added to ``totals`` with ``weight``. Methods that train some steps
+        exactly and others differently (JAGG) call this for the exact ones."""
+        ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
+        loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
+        (loss.sum() / norm).backward()
+        accumulate_stats(totals, loss, stats, weight=weight)
 
 
 def accumulate_stats(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor],

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-NOISE_KERNELS = ("dance", "flow")
+NOISE_KERNELS = ("dance", "flow", "linear")
 
 
 @dataclass
@@ -53,8 +53,11 @@ class FlowSDEScheduler:
         sigmas: ``(N + 1,)`` decreasing schedule with ``sigmas[0] = 1`` (or the scheduler's first sigma) and
             ``sigmas[N] = 0``.
         noise_kernel: ``"dance"`` for DanceGRPO's constant ``g = eta``; ``"flow"`` for Flow-GRPO's
-            ``g = a sqrt(sigma / (1 - sigma))`` where, at ``sigma = 1``, the denominator uses ``1 - sigmas[1]``.
-        eta: ``eta`` (dance) or the noise level ``a`` (flow).
+            ``g = a sqrt(sigma / (1 - sigma))`` where, at ``sigma = 1``, the denominator uses ``1 - sigmas[1]``;
+            ``"linear"`` for the Wan pipelines of Flow-GRPO and Flash-GRPO (flash_grpo.md §A.4):
+            ``g = eta (sigma_min + (sigma_max - sigma_min) sigma)`` with ``sigma_max = sigmas[1]`` (the *second* grid
+            entry) and ``sigma_min = sigmas[N]`` (= 0), i.e. ``g = sigmas[1] sigma`` at the official ``eta = 1``.
+        eta: ``eta`` (dance), the noise level ``a`` (flow) or a multiplier of the linear kernel (1 = official).
     """
 
     def __init__(self, sigmas: torch.Tensor, noise_kernel: str = "dance", eta: float = 0.3):
@@ -76,6 +79,9 @@ class FlowSDEScheduler:
         sigma = self.sigma(index)
         if self.noise_kernel == "dance":
             return torch.full_like(sigma, self.eta)
+        if self.noise_kernel == "linear":
+            lo, hi = self.sigmas[-1].to(sigma.device), self.sigmas[1].to(sigma.device)
+            return self.eta * (lo + (hi - lo) * sigma)
         one_minus = torch.where(sigma >= 1.0, 1.0 - self.sigmas[1].to(sigma.device), 1.0 - sigma)
         return self.eta * torch.sqrt(sigma / one_minus)
 

@@ -95,5 +95,21 @@ class Backbone(abc.ABC):
         yield  # pragma: no cover
 
     def scheduler_config(self) -> dict:
-        """The family's diffusers scheduler config, for ``method.schedule=scheduler``."""
+        """The family's diffusers scheduler config, for ``method.schedule=scheduler`` (diffusers families add
+        private ``_rewardflow_*`` keys saying how their pipeline sets the grid; see
+        ``methods.schedule.scheduler_sigmas``)."""
         return {}
+
+    # -- optional capabilities of the model families (models/common.py implements them) -------------------------
+    def encode_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (B, 3, H, W) (or frames (B, F, 3, H, W)) in [0, 1] -> latents in the transformer's layout; the
+        inverse of :meth:`decode`."""
+        raise NotImplementedError(f"{type(self).__name__} cannot encode images")
+
+    def parallelize(self, mesh, **kwargs) -> None:
+        """Shard the trainable transformer with FSDP2 (call on every rank, before building the optimizer)."""
+        raise NotImplementedError(f"{type(self).__name__} does not support FSDP sharding")
+
+    def save_pretrained(self, save_directory):
+        """Export the fine-tuned weights in a format diffusers / peft load (call on every rank under FSDP)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export its weights")

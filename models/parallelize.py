@@ -7,12 +7,17 @@ mixed in one group.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Iterable
 
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+
+# diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do (cpu_stack §9.11)
+warnings.filterwarnings("ignore", message=".*returned a view tensor.*", category=UserWarning)
 
 
 def mixed_precision_policy(device_type: str) -> MixedPrecisionPolicy:
@@ -45,3 +50,25 @@ def parallelize_flux(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.M
 
 def is_sharded(module: nn.Module) -> bool:
     return isinstance(module, FSDPModule)
+
+
+def parallelize_sd3(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
+    """SD3 / SD3.5: the joint (MMDiT / MMDiT-X) ``transformer_blocks``."""
+    return parallelize_blocks(transformer, list(transformer.transformer_blocks), mesh, **kwargs)
+
+
+def parallelize_qwenimage(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
+    """Qwen-Image: the dual-stream ``transformer_blocks``. The last block's text-stream output is discarded, so its
+    ``to_add_out`` / ``txt_mlp`` weights never get a gradient; FSDP2 handles that (DDP would need
+    ``find_unused_parameters``)."""
+    return parallelize_blocks(transformer, list(transformer.transformer_blocks), mesh, **kwargs)
+
+
+def parallelize_wan(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
+    """Wan2.1: the ``blocks`` (self-attention, cross-attention to UMT5, FFN)."""
+    return parallelize_blocks(transformer, list(transformer.blocks), mesh, **kwargs)
+
+
+#: family -> parallelize function (the backbones' ``parallelize`` uses the same block lists)
+PARALLELIZE = {"flux": parallelize_flux, "sd3": parallelize_sd3, "qwenimage": parallelize_qwenimage,
+               "wan": parallelize_wan}

@@ -4,11 +4,6 @@ loading path. The twin is deterministic in its seed and cached under ``cache_dir
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -16,6 +11,7 @@ import torch
 from models.flux import FluxBackbone
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
+from models.twins import default_cache_dir, materialize, recipe_key  # noqa: F401 (default_cache_dir re-exported)
 
 # Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
 # single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).
@@ -59,28 +55,10 @@ def build_tiny_flux_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_S
     return pipe
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("REWARDFLOW_CACHE", Path.home() / ".cache" / "rewardflow"))
-
-
 def materialize_tiny_flux(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """Write the twin once (atomically: temp dir + rename, so concurrent ranks never read a half-written folder)."""
-    key = hashlib.sha1(json.dumps([VERSION, seed, TRANSFORMER, VAE, CLIP, T5, VAE_PRETRAIN_STEPS], default=str).encode()).hexdigest()[:10]
-    target = Path(cache_dir or default_cache_dir()) / f"tiny_flux-{key}"
-    if (target / "model_index.json").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny_flux-", dir=target.parent))
-    try:
-        build_tiny_flux_pipeline(seed).save_pretrained(tmp)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "model_index.json").exists():   # another process won the race only if it finished
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    """Write the twin once into the cache (see :func:`models.twins.materialize`) and return its folder."""
+    key = recipe_key(VERSION, seed, TRANSFORMER, VAE, CLIP, T5, VAE_PRETRAIN_STEPS)
+    return materialize("tiny_flux", key, lambda: build_tiny_flux_pipeline(seed), cache_dir)
 
 
 class TinyFluxBackbone(FluxBackbone):

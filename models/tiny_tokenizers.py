@@ -35,3 +35,20 @@ def make_t5_tokenizer(words: list[str], extra_ids: int = 0, model_max_length: in
     pieces += [("▁" + w, -5.0) for w in sorted(set(words))]
     pieces += [(ch, -10.0) for ch in sorted(set(string.ascii_letters + string.digits + ".,;:!?'\"()-_/"))]
     return T5Tokenizer(vocab=pieces, extra_ids=extra_ids, model_max_length=model_max_length)
+
+
+QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                 "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+def make_qwen2_tokenizer(template: str, words: list[str], vocab_size: int = 600, model_max_length: int = 1024):
+    """Byte-level BPE (every string tokenizes) trained on Qwen-Image's chat template and ``words``, so the template's
+    system prefix is 34 tokens, exactly as with the real Qwen2.5-VL tokenizer (the pipeline drops 34 tokens)."""
+    from transformers import Qwen2Tokenizer
+
+    base = Qwen2Tokenizer(vocab={c: i for i, c in enumerate(bytes_to_unicode())}, merges=[])
+    sentence = " ".join(words)
+    tok = base.train_new_from_iterator([template.format(sentence)] * 50 + [sentence] * 50, vocab_size=vocab_size,
+                                       new_special_tokens=QWEN_SPECIALS)
+    tok.model_max_length = model_max_length
+    return tok

@@ -2,7 +2,8 @@
 
 A reward is an ``nn.Module`` mapping images in [0, 1] and their prompts to one score per image. It is frozen and
 declares whether its score is differentiable in the image, which gradient-based methods (adjoint matching) require;
-the composed config is checked against that declaration before any model is built.
+the composed config is checked against that declaration (:meth:`Reward.is_differentiable`) and against what the
+reward needs (:meth:`Reward.check_config`: its prompts, its weights on disk) before any model is built.
 
 Videos (B, F, 3, H, W) are scored frame by frame and reduced per video: ``mean`` over frames, or ``topk_mean``, the
 mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the top 30%).
@@ -10,6 +11,7 @@ mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the t
 from __future__ import annotations
 
 import torch
+from omegaconf import DictConfig
 from torch import nn
 
 
@@ -30,6 +32,19 @@ class Reward(nn.Module):
     @classmethod
     def check_prompts(cls, prompts: list[str]) -> None:
         """Raise ``ValueError`` (naming the problem) if the reward cannot score these prompts."""
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
+        """Raise ``ValueError`` / :class:`launcher.errors.ConfigError` if this reward's config ``cfg`` (found at
+        ``key``) cannot run with ``prompts``, e.g. its weights are missing offline. Called by config validation,
+        before any model is built. The default checks the prompts only."""
+        cls.check_prompts(prompts)
+
+    @classmethod
+    def is_differentiable(cls, cfg: DictConfig) -> bool:
+        """Whether the reward built from ``cfg`` is differentiable (a class fact unless it depends on the config,
+        as for a weighted sum of rewards)."""
+        return cls.differentiable
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         raise NotImplementedError

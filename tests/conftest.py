@@ -23,6 +23,14 @@ def twin_cache(tmp_path_factory):
     return Path(cache)
 
 
+@pytest.fixture(scope="session")
+def tiny_rewards(twin_cache) -> Path:
+    """Tiny random HPSv2.1 / PickScore / CLIP twins saved in their real formats (rewards/tiny_twins.py)."""
+    from rewards.tiny_twins import materialize_tiny_rewards
+
+    return materialize_tiny_rewards(twin_cache)
+
+
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 

@@ -14,12 +14,15 @@ from launcher.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
+from rewards.tiny_twins import tiny_reward_overrides
 
 GROUPS = ["method", "model", "reward", "data", "cluster", "logger", "experiment"]
 
 
-def valid_overrides(group: str, option: str, tmp_path) -> list[str]:
+def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str]:
     extra = []
+    if group == "reward":   # preference rewards validate their weights: point them at the tiny twins
+        extra = tiny_reward_overrides(tiny_rewards, option)
     if group == "data" and option == "file":
         f = tmp_path / "prompts.txt"
         f.write_text("a red square\na blue sky\n")
@@ -28,21 +31,30 @@ def valid_overrides(group: str, option: str, tmp_path) -> list[str]:
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in group_options(g)])
-def test_every_option_composes_and_validates(group, option, tmp_path):
-    cfg = compose(valid_overrides(group, option, tmp_path))
+def test_every_option_composes_and_validates(group, option, tmp_path, tiny_rewards):
+    cfg = compose(valid_overrides(group, option, tmp_path, tiny_rewards))
     OmegaConf.resolve(cfg)
     assert cfg[group if group != "experiment" else "trainer"] is not None
     validate(cfg)
 
 
 @pytest.mark.parametrize("method,reward", itertools.product(group_options("method"), group_options("reward")))
-def test_every_method_reward_pair_composes(method, reward):
-    cfg = compose([f"method={method}", f"reward={reward}"])
+def test_every_method_reward_pair_composes(method, reward, tiny_rewards):
+    cfg = compose([f"method={method}", f"reward={reward}", *tiny_reward_overrides(tiny_rewards, reward)])
     assert cfg.method.name == method
     if get_class(cfg.method._target_).requires_differentiable_reward and not get_class(cfg.reward._target_).differentiable:
         with pytest.raises(ConfigError, match=f"method={method} needs a differentiable reward"):   # rejected up front
             validate(cfg)
         return
+    validate(cfg)
+
+
+@pytest.mark.parametrize("method,model", itertools.product(group_options("method"), group_options("model")))
+def test_every_method_model_pair_composes(method, model):
+    """The composition matrix over model families (real and tiny): every method composes and validates with every
+    model option, without building anything."""
+    cfg = compose([f"method={method}", f"model={model}"])
+    assert cfg.model.name == model and cfg.model.finetune in ("lora", "full")
     validate(cfg)
 
 

@@ -40,6 +40,37 @@ def test_each_method_trains_and_logs_every_metric(method, tmp_path):
     assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_00000.png", "step_00002.png"]
 
 
+TINY_TWINS = [m for m in group_options("model") if m.startswith("tiny_")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", TINY_TWINS)
+@pytest.mark.parametrize("method", group_options("method"))
+def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
+    """The method matrix over every family's tiny twin (each loaded through its real adapter, in its YAML's mode):
+    one full step logs every metric, transformer passes follow the trained-step rule with CFG counted as two
+    evaluations per sample, and a full-fine-tuning reference (Flow-GRPO's KL) stays frozen."""
+    cfg = compose(["experiment=smoke", "logger=none", f"method={method}", f"model={model}", "trainer.steps=1",
+                   "trainer.sample_every=1"])
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    bb = trainer.backbone
+    ref = [p.detach().clone() for p in bb._reference_model.parameters()] if bb._reference_model is not None else []
+    before = [p.detach().clone() for p in trainer.params]
+    row = trainer.train_step(0)
+    missing = [k for k in METRICS if k not in row]
+    assert not missing, f"{method} x {model}: missing metrics {missing}"
+    assert row["health/skipped_updates"] == 0
+    assert any(not torch.equal(p, q) for p, q in zip(trainer.params, before))
+    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1
+    b, n = 4, 6                                          # smoke: 2 prompts x 2 generations, 6 steps
+    trained = {"dance_grpo": int(0.6 * (n - 1)), "flow_grpo": int(0.99 * n), "flow_grpo_fast": 2}[method]
+    ref_fwd = trained if cfg.method.kl_beta > 0 else 0
+    assert row["count/transformer_bwd"] == cfg_factor * b * trained
+    assert row["count/transformer_fwd"] == cfg_factor * b * (n + trained + ref_fwd)
+    assert all(torch.equal(p, q) for p, q in zip(bb._reference_model.parameters(), ref)) if ref else True
+    assert (tmp_path / "samples" / "step_00000.png").exists()
+
+
 def test_transformer_pass_counts_follow_the_trained_step_rule(tmp_path):
     """Counters on the model: rollout = B x N forwards; update = one forward + backward per trained transition."""
     _, dance = run_smoke(tmp_path / "d", ["method=dance_grpo"])

@@ -1,0 +1,17 @@
+"""``rewardflow-compare``: methods side by side at equal compute.
+
+Pipeline, one module per concept:
+
+- :mod:`.runs`       the :class:`RunData` record every source is turned into, and config-key helpers;
+- :mod:`.local`      run and sweep folders (``metrics.jsonl`` + ``.hydra/config.yaml``, or offline W&B files);
+- :mod:`.online`     W&B projects, groups and sweeps through the public API (``wandb.Api``);
+- :mod:`.grouping`   filters, grouping by method (and any config key), the checks that refuse mixed groups;
+- :mod:`.aggregate`  seed curves on a common grid, final reward, per-step cost, equal-budget and equal-reward figures;
+- :mod:`.report`     the Markdown tables and ``comparison.json``;
+- :mod:`.plots`      the PNG figures;
+- :mod:`.publish`    the optional W&B report (or, without the report API, a summary W&B run);
+- :mod:`.cli`        the argparse command tying them together.
+"""
+from launcher.compare.errors import CompareError
+
+__all__ = ["CompareError"]

@@ -1,0 +1,93 @@
+"""Turn SLURM's preemption / time-limit signal into a checkpoint at a step boundary.
+
+submitit installs a handler for its signal (USR2 by default, ``SUBMITIT_PREEMPT_SIGNAL``) in every task, but only
+global rank 0 acts on it: it pickles the job and requeues it at once. A sharded DCP checkpoint needs *every* rank, at
+a point where no collective is in flight. So :func:`install` (called first thing in the task, before the slow imports
+and model loading, so an early signal is not lost) replaces that handler by one that only records the time; the
+trainer then asks :meth:`PreemptionGuard.should_stop` after each step, the ranks agree, write a checkpoint together,
+and rank 0 calls submitit's original handler, which requeues the job (or ends it after ``max_num_timeout``
+time-outs). The other ranks wait to be stopped by the requeue, as submitit expects of them.
+
+When to stop: on preemption (SIGTERM with the signal, or submitit judging the job not timed out) at the next step
+boundary. On a time-limit signal the job still has ``signal_delay_s`` seconds, so training goes on until half of
+them are spent, keeping the other half for the checkpoint and the requeue (SLURM may send the signal earlier than
+``signal_delay_s`` before the limit, never later).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+
+log = logging.getLogger(__name__)
+
+_GUARD: "PreemptionGuard | None" = None
+
+
+def install(signal_delay_s: float = 0.0) -> "PreemptionGuard":
+    """Install (once per process) the recording handler in place of submitit's, if this is a submitit task."""
+    global _GUARD
+    if _GUARD is None:
+        _GUARD = PreemptionGuard(signal_delay_s)
+    return _GUARD
+
+
+class PreemptionGuard:
+    def __init__(self, signal_delay_s: float = 0.0):
+        self.signal_delay_s = float(signal_delay_s)
+        self.signaled_at: float | None = None
+        self.timed_out = False
+        self.signum = None
+        self._original = None
+        if not (os.environ.get("SUBMITIT_EXECUTOR") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")):
+            return                                        # not a submitit task (checked without importing torch)
+        from submitit.core.job_environment import JobEnvironment
+
+        self.signum = JobEnvironment._usr_sig()
+        original = signal.getsignal(self.signum)
+        if callable(original):
+            self._original = original
+            signal.signal(self.signum, self._on_signal)
+
+    @property
+    def active(self) -> bool:
+        return self._original is not None
+
+    @property
+    def requested(self) -> bool:
+        return self.signaled_at is not None
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.signaled_at is not None:
+            return
+        self.signaled_at = time.monotonic()
+        handler = getattr(self._original, "__self__", None)     # submitit's SignalHandler decides which case
+        self.timed_out = bool(handler.has_timed_out()) if hasattr(handler, "has_timed_out") else False
+        log.warning("received %s (%s): will checkpoint %s", signal.Signals(signum).name,
+                    "time limit" if self.timed_out else "preemption",
+                    f"within {self.signal_delay_s / 2:.0f} s" if self.timed_out else "at the end of this step")
+
+    def _due(self) -> bool:
+        if self.signaled_at is None:
+            return False
+        if not self.timed_out:
+            return True
+        return time.monotonic() - self.signaled_at >= self.signal_delay_s / 2
+
+    def should_stop(self) -> bool:
+        """Collective: True on every rank as soon as one rank is due to stop."""
+        if not self.active:
+            return False
+        from launcher.distributed import any_rank
+
+        return any_rank(self._due())
+
+    def hand_over(self, is_main: bool) -> None:
+        """After the checkpoint: rank 0 lets submitit requeue the job (this exits); others wait to be stopped."""
+        if is_main:
+            self._original(self.signum, None)
+            return
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            time.sleep(1.0)

@@ -1,0 +1,131 @@
+"""Flash-GRPO (spec flash_grpo.md): one-step GRPO with iso-temporal grouping and temporal gradient rectification.
+
+What differs from the shared GRPO machinery, and nothing else:
+
+* rollouts are ODE-SDE-ODE: exactly one stochastic step k* per rollout, drawn once per prompt group (keyed by group
+  id) from ``sde_index_pool`` (§B.2-B.3); ODE steps are the plain Euler step (g = 0);
+* only k* is trained, so an update costs one transformer forward + backward per rollout (§C.7);
+* each sample's clipped objective is multiplied by ``w = (1/lambda(t_k*)) / mean(1/lambda)``, the mean taken over
+  the whole update across ranks before its micro-batches (§C.2); the ratio itself is untouched, so clipping
+  decisions do not change (§C.3);
+* advantages are keyed by group id (not prompt string), with the official global std (§C.4).
+"""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.distributed import all_gather_cat, all_gather_objects, current_world
+from methods.advantages import compute_advantages
+from methods.base import Rollout
+from methods.flash_diagnostics import FlashDiagnostics
+from methods.grpo import GRPO, _require
+from methods.losses import kl_to_reference
+from methods.rectification import WEIGHT_NORMS, rectification_factor, rectification_weights
+from methods.sde_index import SDE_INDEX_SAMPLINGS, default_sde_index_pool, group_sde_indices
+from models.backbone import Backbone
+
+
+class FlashGRPO(GRPO):
+    """Flash-GRPO on the shared GRPO rollout, loss and backward (hooks only)."""
+
+    def __init__(self, cfg: DictConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        pool = cfg.sde_index_pool
+        self.pool = [int(k) for k in pool] if pool is not None else default_sde_index_pool(self.sde.num_steps)
+        self.pool_inv_lambda = 1.0 / rectification_factor(self.sde, torch.tensor(self.pool))
+        self.diagnostics = FlashDiagnostics(self.pool, float(cfg.clip_range), float(cfg.pre_update_clip_warn))
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        super().check_config(cfg)
+        m = cfg.method
+        last = m.sampling_steps - 2
+        if m.sde_index_pool is not None:
+            pool = list(m.sde_index_pool)
+            _require(len(pool) > 0 and len(set(pool)) == len(pool), "sde_index_pool",
+                     f"must be a non-empty list of distinct step indices (got {pool}). Fix: method.sde_index_pool="
+                     f"null (the first half of the steps) or e.g. [0,1,2]")
+            _require(all(0 <= k <= last for k in pool), "sde_index_pool",
+                     f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is never the "
+                     f"SDE step (Delta and lambda are largest there, spec §B.2). Fix: method.sde_index_pool=null or "
+                     f"drop the out-of-range indices")
+        _require(m.sde_index_sampling in SDE_INDEX_SAMPLINGS, "sde_index_sampling",
+                 f"must be one of {SDE_INDEX_SAMPLINGS} (got {m.sde_index_sampling!r})")
+        _require(m.weight_norm in WEIGHT_NORMS, "weight_norm", f"must be one of {WEIGHT_NORMS} (got {m.weight_norm!r})")
+        _require(bool(m.init_same_noise) == bool(m.share_init_noise), "init_same_noise",
+                 f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
+                 f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
+        _require(m.pre_update_clip_warn >= 0, "pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})")
+
+    # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
+    def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
+        k = group_sde_indices(group_keys, self.pool, self.cfg.sde_index_sampling, bool(self.cfg.iso_temporal),
+                              generator)
+        mask = torch.zeros(len(group_keys), self.sde.num_steps, dtype=torch.bool)
+        mask[torch.arange(len(k)), k] = True
+        return mask
+
+    def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        return stochastic.to(torch.int8).argmax(1, keepdim=True)          # (B, 1): the single SDE step k*
+
+    @torch.no_grad()
+    def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        rollout = super().rollout(prompts, generator)
+        k = rollout.train_steps[:, 0]
+        # what Flash-GRPO stores per rollout beside the states (§B.3): k*, the model's time input tau and 1/lambda
+        rollout.extras.update(sde_index=k, tau=self.model_time(self.sde.sigma(k)),
+                              inv_lambda=1.0 / rectification_factor(self.sde, k))
+        self.diagnostics.on_rollout(k, rollout.extras["inv_lambda"])
+        return rollout
+
+    # -- advantages, keyed by group id and normalised across ranks ----------------------------------------------
+    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        b, rank = len(rollout), current_world().rank
+        rewards = all_gather_cat(rollout.rewards)
+        keys = [k for ks in all_gather_objects(list(rollout.group_keys)) for k in ks]
+        adv = compute_advantages(rewards, keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
+        rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(rollout.images.device)
+        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+
+    # -- the 1/lambda weights of every update, fixed before its micro-batches -----------------------------------
+    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
+        plan = super().update_plan(rollout, generator)
+        inv = rollout.extras["inv_lambda"]
+        weight, kl_weight = torch.ones_like(inv), torch.ones_like(inv)
+        update_of = torch.empty(len(rollout), dtype=torch.long, device=inv.device)
+        for u, update in enumerate(plan):
+            idx = torch.cat(update).to(inv.device)
+            update_of[idx] = u
+            if self.cfg.rectify:
+                weight[idx], denom = rectification_weights(inv[idx], self.cfg.weight_norm, self.pool_inv_lambda)
+                self.diagnostics.on_weights(weight[idx], denom)
+            if self.cfg.kl_beta > 0 and self.cfg.kl_rectify:
+                kl_weight[idx], _ = rectification_weights(inv[idx] ** 2, self.cfg.weight_norm, self.pool_inv_lambda ** 2)
+        rollout.extras.update(weight=weight, kl_weight=kl_weight, update_index=update_of)
+        return plan
+
+    # -- loss: the shared PPO-clip loss, weighted per sample ----------------------------------------------------
+    def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
+                  velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
+        loss, stats = super().step_loss(rollout, samples, index, velocity)
+        # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
+        loss = rollout.extras["weight"][samples].to(loss.dtype) * loss
+        if ref_velocity is not None:
+            kl = self._kl(rollout, samples, index, velocity, ref_velocity)
+            loss = loss + self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(loss.dtype) * kl
+            stats["kl"] = kl.detach()
+        self.diagnostics.on_loss(rollout.extras["update_index"][samples] == 0, index, stats)
+        return loss, stats
+
+    def _kl(self, rollout, samples, index, velocity, ref_velocity) -> torch.Tensor:
+        """Flow-GRPO's KL to the reference step (as in :meth:`GRPO.step_loss`); its gradient scales as lambda^2."""
+        x = rollout.latents[samples, index]
+        mean, _ = self.sde.mean_std(x, velocity, index)
+        ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
+        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
+
+    def step_metrics(self) -> dict[str, float]:
+        return self.diagnostics.flush()

@@ -1,0 +1,282 @@
+"""JAGG, Jacobian-Aggregated Group Gradient (Ding et al., arXiv:2607.17572; spec jagg_grpo.md §D).
+
+JAGG keeps a GRPO baseline's sampler, advantages, PPO loss, normalisation and update cadence, and replaces only the
+backward of groups of W consecutive trained steps: W forwards with a graph only at the two endpoints, the exact
+per-step upstream gradients ``s_j = dL_j / dv_j`` on detached copies of the velocities (no transformer backward),
+folded with t-weights into ``s_base`` and ``s_corr``, then **one** backward through the two endpoints. That costs 2
+transformer backward passes per sample per group instead of W; the loss value is unchanged, only the gradient
+replaces the intermediate Jacobians by their interpolation in t (exact when the velocity is affine in (z, t)).
+
+``method.base`` picks the baseline. ``JAGG(cfg, backbone)`` builds the class that derives from both JAGG and that
+baseline (:class:`JAGGDanceGRPO`, :class:`JAGGFlowGRPO`, :class:`JAGGFlowGRPOFast`), so every hook JAGG does not
+override is the baseline's own code.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.distributed import all_gather_objects
+from launcher.errors import ConfigError
+from methods.base import Rollout
+from methods.dance_grpo import DanceGRPO
+from methods.flow_grpo import FlowGRPO
+from methods.flow_grpo_fast import FlowGRPOFast
+from methods.grpo import GRPO, _require, accumulate_stats
+from methods.jagg_diagnostics import GradientProbe, compare
+from methods.jagg_groups import REMAINDER_POLICIES, GroupLayout
+from methods.jagg_weights import ABLATIONS, ALPHA_MODES, aggregate, endpoint_weights, index_weights, time_weights
+from models.backbone import Backbone
+
+log = logging.getLogger(__name__)
+
+
+class JAGG(GRPO):
+    """JAGG on top of the GRPO baseline named by ``cfg.base`` (see the module docstring and README)."""
+
+    def __new__(cls, *args, **kwargs):
+        # JAGG(cfg, backbone) builds the variant for cfg.base; variants (and copy/pickle) construct themselves
+        if cls is JAGG:
+            cfg = kwargs["cfg"] if "cfg" in kwargs else args[0]
+            cls = VARIANTS[cfg.base]
+        return super().__new__(cls)
+
+    def __init__(self, cfg: DictConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        self.layout = GroupLayout(self.num_trainable(cfg), int(cfg.window), float(cfg.jagg_frac), cfg.remainder)
+        self._rollouts = 0
+        self._diagnose_pending = False
+        self._diagnostics: dict[str, list[float]] = {}
+        lay = self.layout
+        tail = f" + an exact tail group of {lay.tail}" if lay.tail else ""
+        routed = f"groups 0..{lay.num_jagg - 1}" if lay.num_jagg else "no group"
+        log.info("JAGG over %s: %d trained steps = %d groups of %d%s; JAGG on %s (n_J = floor(jagg_frac %.3g x %d) "
+                 "= %d), exact backward on the rest: %d instead of %d transformer backward rows per sample", cfg.base,
+                 lay.num_steps, lay.num_groups, lay.window, tail, routed, lay.jagg_frac, lay.num_groups, lay.num_jagg,
+                 lay.backward_rows_per_sample(), lay.num_steps)
+        if lay.num_jagg == 0 and lay.jagg_frac > 0:
+            log.warning("method.jagg_frac=%g routes no group to JAGG (floor(%g x %d groups) = 0): this run is the "
+                        "exact baseline", lay.jagg_frac, lay.jagg_frac, lay.num_groups)
+        if lay.window == 2 and lay.num_jagg:
+            log.warning("method.window=2: JAGG is exact but saves no backward pass (2 per group either way)")
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
+        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given)."""
+        raise NotImplementedError
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig) -> None:
+        m = cfg.method
+        _require(m.base in VARIANTS, "base", f"must be one of {', '.join(VARIANTS)} (got {m.base!r})")
+        variant = VARIANTS[m.base]
+        super(JAGG, variant).check_config(cfg)          # the baseline's own checks
+        _require(m.window >= 2, "window", f"must be >= 2 (got {m.window}): a group needs two endpoints; JAGG saves "
+                 f"W - 2 backward passes per group (the paper uses 4)")
+        _require(0 <= m.jagg_frac <= 1, "jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the fraction of groups, "
+                 f"from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)")
+        _require(0 < m.group_fraction <= 1, "group_fraction", f"must be in (0, 1] (got {m.group_fraction})")
+        _require(m.alpha in ALPHA_MODES, "alpha", f"must be one of {ALPHA_MODES} (got {m.alpha!r})")
+        _require(m.ablation in ABLATIONS, "ablation", f"must be one of {ABLATIONS} (got {m.ablation!r})")
+        _require(m.remainder in REMAINDER_POLICIES, "remainder",
+                 f"must be one of {REMAINDER_POLICIES} (got {m.remainder!r})")
+        _require(m.diagnose_every >= 0, "diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
+        steps, w = variant.num_trainable(m), int(m.window)
+        rule = variant.trained_rule(m)
+        if steps < w:
+            raise ConfigError(f"method.window={w}: {rule}, fewer than one group of {w}. Fix: "
+                              f"{variant.fix_hint(m, w)} or a smaller method.window (2 is exact but "
+                              f"saves nothing)")
+        if steps % w and m.remainder == "error":
+            raise ConfigError(f"method.window={w}: {rule}, not a multiple of {w} (method.remainder=error). Fix: "
+                              f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last "
+                              f"{steps % w} steps then form an exact group)")
+
+    @classmethod
+    def trained_rule(cls, m: DictConfig) -> str:
+        return f"method.base={m.base} trains {cls.num_trainable(m)} steps"
+
+    @classmethod
+    def fix_hint(cls, m: DictConfig, w: int) -> str:
+        """Which ``sampling_steps`` near the current one give a trainable count that fits ``w``."""
+        n = int(m.sampling_steps)
+        fits = [k for k in range(max(2, n - 3 * w), n + 3 * w + 1)
+                if cls.num_trainable(m, k) >= w and cls.num_trainable(m, k) % w == 0]
+        if not fits:
+            return "change the steps the baseline trains"
+        below, above = [k for k in fits if k <= n], [k for k in fits if k > n]
+        picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
+        return " or ".join(f"method.sampling_steps={k} ({cls.num_trainable(m, k)} steps)" for k in picks)
+
+    # -- rollout: the baseline's, then its trainable steps are cut into groups ----------------------------------
+    def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        # diagnostic steps: rollouts 0, N, 2N, ... of this process
+        every = int(self.cfg.diagnose_every)
+        self._diagnose_pending = every > 0 and self._rollouts % every == 0
+        self._rollouts += 1
+        rollout = super().rollout(prompts, generator)
+        chosen = self.layout.choose_groups(float(self.cfg.group_fraction), generator)
+        if self.cfg.group_fraction < 1:              # rank 0's draw: all ranks must run the same passes (FSDP)
+            chosen = all_gather_objects(chosen)[0]
+        groups = self.layout.assign(rollout.train_steps, chosen)
+        rollout.train_steps = groups.steps
+        rollout.extras["jagg_groups"] = groups
+        return rollout
+
+    # -- update -------------------------------------------------------------------------------------------------
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+        """Slot by slot: JAGG groups (index < n_J) get :meth:`jagg_group_backward`, the others the baseline's exact
+        per-step backward. Every per-step loss is divided by ``update_size x T`` as in the baseline (spec §D.7), so
+        with ``jagg_frac=0`` this is the baseline's backward, operation for operation."""
+        samples = samples.to(rollout.latents.device)
+        steps = rollout.train_steps[samples]
+        norm, weight = update_size * steps.shape[1], 1.0 / steps.shape[1]
+        diagnose, self._diagnose_pending = self._diagnose_pending, False
+        totals: dict[str, float] = {}
+        for group, cols in rollout.extras["jagg_groups"].slots():
+            args = (rollout, samples, steps[:, cols], norm, totals, weight)
+            if diagnose and cols.stop - cols.start >= 2:
+                self._diagnose_group(*args, group=group)
+            elif self.layout.is_jagg(group):
+                self.jagg_group_backward(*args)
+            else:
+                self.exact_group_backward(*args)
+        return totals
+
+    def exact_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
+                             totals: dict[str, float], weight: float) -> None:
+        """The baseline's per-step forward + backward for each of the group's steps (W backward rows per sample)."""
+        for j in range(steps.shape[1]):
+            self.exact_step_backward(rollout, samples, steps[:, j], norm, totals, weight)
+
+    def jagg_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
+                            totals: dict[str, float], weight: float) -> None:
+        """One JAGG group (spec §D.3) for rows ``samples`` (m,) at transitions ``steps`` (m, W).
+
+        1. W forwards: the W - 2 intermediate ones without a graph, the two endpoints as **one** batch of 2m rows with
+           per-row timesteps, so the single backward below visits every (sharded) block once (spec §H.10).
+        2. exact losses and upstream gradients ``s_j`` on detached proxies (:meth:`upstream_gradients`).
+        3.-4. t-weights and ``s_base``, ``s_corr`` (:mod:`methods.jagg_weights`).
+        5. one backward through the endpoint batch: 2m transformer backward rows.
+        """
+        w = steps.shape[1]
+        with torch.no_grad():     # intermediate steps first: nothing of theirs stays in memory
+            inner = [self.velocity_at(rollout, samples, steps[:, j]) for j in range(1, w - 1)]
+        ends = self.velocity_at(rollout, samples.repeat(2), torch.cat([steps[:, 0], steps[:, -1]]))
+        first, last = ends.chunk(2)
+        upstream, loss, stats = self.upstream_gradients(rollout, samples, steps, [first, *inner, last], norm)
+        accumulate_stats(totals, loss, stats, weight=weight)       # the exact per-step loss values
+        w_base, w_corr = endpoint_weights(self.interpolation_weights(steps), self.cfg.ablation)
+        s_base, s_corr = aggregate(upstream, w_base, w_corr)
+        ends.backward(torch.cat([s_base, s_corr]).to(ends.dtype))
+
+    def upstream_gradients(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor,
+                           velocities: list[torch.Tensor], norm: int):
+        """Per-step losses ``L_j`` (PPO-clipped, plus beta KL_j when ``kl_beta > 0``) divided by ``norm``, and
+        ``s_j = dL_j / dv_j`` by autograd through the SDE log-prob and the PPO term on detached fp32 (or fp64)
+        copies of the velocities: a few element-wise ops, never the transformer (spec §D.3 step 2). The clip masks
+        and ratios are those of the current parameters, so this holds off-policy too (§H.11).
+
+        Returns ``(s (W, m, *latent), loss (W m,), stats)`` with rows ordered step-major.
+        """
+        w = steps.shape[1]
+        proxies = torch.stack([v.detach() for v in velocities])
+        proxies = proxies.to(torch.promote_types(proxies.dtype, torch.float32)).requires_grad_()
+        ref = None
+        if self.cfg.kl_beta > 0:
+            ref = torch.cat([self.velocity_at(rollout, samples, steps[:, j], reference=True) for j in range(w)])
+        with torch.enable_grad():
+            loss, stats = self.step_loss(rollout, samples.repeat(w), steps.T.reshape(-1), proxies.flatten(0, 1), ref)
+            (upstream,) = torch.autograd.grad(loss.sum() / norm, proxies)
+        return upstream, loss.detach(), stats
+
+    def interpolation_weights(self, steps: torch.Tensor) -> torch.Tensor:
+        """``alpha`` (W, m) for transitions ``steps`` (m, W): t-weighted on the exact sigma schedule (default), on the
+        time the model is fed (``alpha=model_time``: DanceGRPO's floor(1000 sigma)/1000, spec §H.2), or the
+        prototype's index weights (``alpha=index``)."""
+        w, m = steps.shape[1], steps.shape[0]
+        if self.cfg.alpha == "index":
+            return index_weights(w, m, device=steps.device)
+        times = self.sde.sigma(steps.T)
+        return time_weights(self.model_time(times) if self.cfg.alpha == "model_time" else times)
+
+    # -- diagnostics --------------------------------------------------------------------------------------------
+    def _diagnose_group(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
+                        totals: dict[str, float], weight: float, group: int) -> None:
+        """Train the group by its route as usual, also compute the other route's gradient (discarded), and record
+        cosine and relative error of the JAGG gradient against the exact one (spec §D.7)."""
+        jagg = self.layout.is_jagg(group)
+        route, other = ((self.jagg_group_backward, self.exact_group_backward) if jagg
+                        else (self.exact_group_backward, self.jagg_group_backward))
+        probe = GradientProbe(self.backbone.trainable_parameters())
+        accumulated = probe.take()
+        route(rollout, samples, steps, norm, totals, weight)
+        trained = probe.take()
+        other(rollout, samples, steps, norm, {}, weight)
+        alternative = probe.take()
+        probe.put(accumulated, trained)
+        for key, value in compare(*((trained, alternative) if jagg else (alternative, trained))).items():
+            self._diagnostics.setdefault(f"jagg/{key}_group_{group}", []).append(value)
+
+    def step_metrics(self) -> dict[str, float]:
+        """``jagg/cos_group_<g>`` and ``jagg/rel_err_group_<g>`` on diagnostic steps (mean over micro-batches)."""
+        out = {k: sum(v) / len(v) for k, v in self._diagnostics.items()}
+        self._diagnostics = {}
+        return out
+
+
+class JAGGDanceGRPO(JAGG, DanceGRPO):
+    """JAGG over DanceGRPO. DanceGRPO trains a random subset of steps per sample, which does not form groups of
+    consecutive steps (spec §H.3), so JAGG trains all N - 1 trainable steps (the paper: 21 sampling steps, 20 trained,
+    5 groups of 4); ``method.group_fraction < 1`` subsamples whole groups per step instead."""
+
+    @classmethod
+    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
+        return int(sampling_steps or m.sampling_steps) - 1
+
+    @classmethod
+    def trained_rule(cls, m: DictConfig) -> str:
+        return f"method.base=dance_grpo trains sampling_steps - 1 = {cls.num_trainable(m)} steps"
+
+    def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        b, n = stochastic.shape
+        return torch.arange(n - 1).expand(b, -1).clone()
+
+
+class JAGGFlowGRPO(JAGG, FlowGRPO):
+    """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
+
+    @classmethod
+    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
+        n = int(sampling_steps or m.sampling_steps)
+        return max(1, min(n - 1, int(m.timestep_fraction * n)))     # FlowGRPO.num_trained, from the config
+
+    @classmethod
+    def trained_rule(cls, m: DictConfig) -> str:
+        return (f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
+                f" = {cls.num_trainable(m)} steps")
+
+
+class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
+    """JAGG over Flow-GRPO-Fast: the SDE window's steps (spec §E recommends W = window_size, jagg_frac = 1)."""
+
+    @classmethod
+    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
+        return int(m.window_size) or int(sampling_steps or m.sampling_steps) - 1
+
+    @classmethod
+    def trained_rule(cls, m: DictConfig) -> str:
+        return f"method.base=flow_grpo_fast trains its SDE window of method.window_size = {cls.num_trainable(m)} steps"
+
+    @classmethod
+    def fix_hint(cls, m: DictConfig, w: int) -> str:
+        if int(m.window_size) == 0:
+            return super().fix_hint(m, w)
+        return f"method.window_size={w * max(1, -(-int(m.window_size) // w))} (window_range must fit it)"
+
+
+VARIANTS: dict[str, type[JAGG]] = {"dance_grpo": JAGGDanceGRPO, "flow_grpo": JAGGFlowGRPO,
+                                   "flow_grpo_fast": JAGGFlowGRPOFast}

@@ -1,0 +1,45 @@
+"""Shared plumbing of the tiny twins: a folder written once with ``save_pretrained`` into a cache keyed by a hash of
+the recipe, so every twin is loaded back through its family's real adapter (``from_pretrained``)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+from filelock import FileLock
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("REWARDFLOW_CACHE", Path.home() / ".cache" / "rewardflow"))
+
+
+def recipe_key(*parts) -> str:
+    return hashlib.sha1(json.dumps(list(parts), default=str, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
+    """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once, atomically (temp dir + rename,
+    so concurrent ranks or test workers never read a half-written folder), and return the folder."""
+    target = Path(cache_dir or default_cache_dir()) / f"{prefix}-{key}"
+    if (target / "model_index.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # a file lock makes concurrent processes (ranks, sweep jobs, test workers) build the twin one at a time
+    with FileLock(str(target) + ".lock"):
+        if (target / "model_index.json").exists():
+            return target
+        tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=target.parent))
+        try:
+            build().save_pretrained(tmp)
+            empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
+            if empty:   # transformers writes no weights on a torch.distributed rank other than 0
+                raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
+                                   f"(the trainer does) or before initialising torch.distributed")
+            tmp.rename(target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

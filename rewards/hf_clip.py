@@ -1,0 +1,132 @@
+"""PickScore and CLIPScore: a transformers ``CLIPModel`` scored as ``logit_scale x cosine / divide_by``.
+
+Both load with ``CLIPModel.from_pretrained`` plus the processor's ``CLIPTokenizer`` and ``CLIPImageProcessor``
+from a hub id or a local folder. The processor supplies the tokenizer and the image-processor *settings* (resize,
+crop, mean/std), which are then applied as differentiable tensor ops (:mod:`rewards.preprocess`) instead of the
+processor's PIL/uint8 path.
+
+Scales, which the peers disagree on (``shared/spec/ecosystem.md`` §4):
+
+* PickScore_v1 (``yuvalkirstain/PickScore_v1``, processor ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``): raw
+  ``logit_scale x cosine`` (about 18-23 for real images) by default; ``divide_by=26`` gives flow_grpo's and
+  Flow-Factory's ~0-1 scale. DanceGRPO uses the cosine alone (``divide_by`` = the logit scale, ~100).
+* CLIPScore (``openai/clip-vit-large-patch14``): ``logits_per_image / 100`` by default, as flow_grpo and
+  DiffusionNFT do; since that model's logit scale is 100 this is the plain cosine. UniRL divides by 30; Hessel et
+  al.'s CLIPScore is ``2.5 x max(cosine, 0)``.
+
+Under GRPO a constant scale cancels in the per-group advantages; it matters for logged values, for weighted sums
+(``reward=multi``) and for adjoint methods, whose reward gradient it scales.
+"""
+from __future__ import annotations
+
+import torch
+from omegaconf import DictConfig
+
+from launcher.errors import ConfigError
+from rewards.clip_base import CLIPStyleReward
+from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
+from rewards.weights import HF_PROCESSOR, HF_WEIGHTS, require_files
+
+BICUBIC = 3   # PIL.Image.Resampling.BICUBIC, the value processors store
+
+
+def _setting(d, key: str):
+    """A key of a processor size dict (a plain dict or transformers' ``SizeDict``), or None."""
+    return d.get(key) if isinstance(d, dict) else getattr(d, key, None)
+
+
+def _features(out) -> torch.Tensor:
+    """transformers 5 returns a ModelOutput whose ``pooler_output`` is the projected embedding; 4.x a tensor."""
+    return out if isinstance(out, torch.Tensor) else out.pooler_output
+
+
+class HFCLIPReward(CLIPStyleReward):
+    """A ``CLIPModel`` reward: ``logit_scale.exp() x cosine(image, prompt) / divide_by``.
+
+    Args:
+        path: hub id or local folder of the ``CLIPModel`` (``config.json`` + safetensors or .bin weights).
+        processor_path: hub id or folder of the processor (tokenizer + ``preprocessor_config.json``); null: ``path``.
+        divide_by: the scale convention (see the module docstring).
+        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) or an explicit dtype.
+    """
+
+    def __init__(self, path: str, processor_path: str | None = None, divide_by: float = 1.0, name: str = "clip",
+                 dtype: str = "auto", **frames):
+        super().__init__(name, dtype=dtype, **frames)
+        from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
+
+        if divide_by <= 0:
+            raise ValueError(f"reward.divide_by must be > 0 (got {divide_by})")
+        self.divide_by = float(divide_by)
+        self.model = CLIPModel.from_pretrained(path, torch_dtype=torch.float32)
+        # the processor's two halves by their concrete classes: AutoProcessor/AutoTokenizer resolve the class from
+        # config.json, which a processor-only folder lacks and which offline hub loading then cannot find
+        self.tokenizer = CLIPTokenizer.from_pretrained(processor_path or path)
+        self._read_image_settings(CLIPImageProcessor.from_pretrained(processor_path or path))
+        self.max_text_tokens = int(self.model.config.text_config.max_position_embeddings)
+        # read once in fp32: in bf16 the stored log-scale 4.6052 rounds to 4.5938, i.e. 98.9 instead of 100
+        self.logit_scale = float(self.model.logit_scale.detach().float().exp())
+        self._freeze()
+
+    def _read_image_settings(self, ip) -> None:
+        """Take resize/crop/normalisation from the processor config, so a checkpoint's own settings are honoured.
+        Two geometries exist among CLIP processors: shortest side + centre crop (all three rewards) and a plain
+        resize to height x width."""
+        if getattr(ip, "resample", BICUBIC) != BICUBIC:
+            raise ValueError(f"processor resample={ip.resample}: only bicubic (3) is implemented as tensor ops")
+        if not (ip.do_resize and ip.do_rescale and abs(ip.rescale_factor - 1 / 255) < 1e-9 and ip.do_normalize):
+            raise ValueError("the processor must resize, rescale by 1/255 and normalise (CLIP processors do)")
+        self.shortest_edge = _setting(ip.size, "shortest_edge")
+        self.resize_to = None if self.shortest_edge else (_setting(ip.size, "height"), _setting(ip.size, "width"))
+        crop = (_setting(ip.crop_size, "height"), _setting(ip.crop_size, "width")) if ip.do_center_crop else None
+        if self.shortest_edge and crop is None:
+            raise ValueError("a shortest-edge resize without a centre crop gives non-square inputs; not supported")
+        if self.resize_to and crop not in (None, self.resize_to):
+            raise ValueError(f"resize to {self.resize_to} followed by a {crop} crop is not supported")
+        self.crop = crop
+        self.mean, self.std = tuple(ip.image_mean), tuple(ip.image_std)
+
+    @classmethod
+    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
+        super().check_config(cfg, prompts, key)
+        if cfg.divide_by <= 0:
+            raise ConfigError(f"{key}.divide_by must be > 0 (got {cfg.divide_by})")
+        require_files(f"{key}.path", cfg.path, ["config.json", HF_WEIGHTS])
+        processor_key = f"{key}.processor_path" if cfg.processor_path else f"{key}.path"
+        require_files(processor_key, cfg.processor_path or cfg.path, HF_PROCESSOR)
+
+    def preprocess(self, images: torch.Tensor) -> torch.Tensor:
+        if self.shortest_edge:
+            images = resize_shortest_and_center_crop(images, int(self.shortest_edge), self.crop)
+        else:
+            images = resize(images, self.resize_to)
+        return normalize(images, self.mean, self.std)
+
+    def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
+        return _features(self.model.get_image_features(pixel_values=pixels))
+
+    def encode_texts(self, prompts: list[str]) -> torch.Tensor:
+        tok = self.tokenizer(prompts, padding=True, truncation=True, max_length=self.max_text_tokens,
+                             return_tensors="pt").to(next(self.model.parameters()).device)
+        return _features(self.model.get_text_features(input_ids=tok["input_ids"],
+                                                      attention_mask=tok["attention_mask"]))
+
+    def cosine_scale(self) -> float:
+        return self.logit_scale / self.divide_by
+
+
+class PickScoreReward(HFCLIPReward):
+    """PickScore_v1: raw ``logit_scale x cosine`` by default, ``divide_by=26`` for the ~0-1 convention."""
+
+    def __init__(self, path: str = "yuvalkirstain/PickScore_v1",
+                 processor_path: str | None = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", divide_by: float = 1.0,
+                 name: str = "pickscore", **kwargs):
+        super().__init__(path, processor_path, divide_by, name, **kwargs)
+
+
+class CLIPScoreReward(HFCLIPReward):
+    """CLIP ViT-L/14 image-text score, ``logits_per_image / 100`` (= cosine) by default."""
+
+    def __init__(self, path: str = "openai/clip-vit-large-patch14", processor_path: str | None = None,
+                 divide_by: float = 100.0, name: str = "clip", **kwargs):
+        super().__init__(path, processor_path, divide_by, name, **kwargs)

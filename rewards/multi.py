@@ -1,0 +1,126 @@
+"""``reward=multi``: a weighted sum of named rewards, ``sum_i w_i * normalize_i(score_i)``.
+
+Components are ordinary reward configs composed into ``reward.components.<name>`` (``conf/reward/multi.yaml``
+pulls in the ``hps``, ``pickscore`` and ``clip`` options), with weights in ``reward.weights.<name>``. Each
+component's raw score (its own convention, before normalisation and weighting) is logged as ``reward/<name>``, and
+its spread as ``reward/<name>_std``, averaged over the calls of a step. A component with weight 0 is scored and
+logged but not optimised: a held-out evaluation reward.
+
+The sum is differentiable when every component with a non-zero weight is; non-differentiable components are scored
+under ``no_grad``. Videos are reduced once, on the weighted per-frame sum, by this reward's ``frame_reduce``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+from hydra.utils import get_class
+from omegaconf import DictConfig
+from torch import nn
+
+from launcher.errors import ConfigError
+from rewards.base import Reward
+from rewards.normalization import NORMALIZATIONS, ScoreNormalizer
+
+#: metric names the trainer already uses under reward/
+RESERVED = ("mean", "std", "zero_std_frac")
+
+
+def _component_class(cfg: DictConfig, key: str) -> type[Reward]:
+    target = cfg.get("_target_") if isinstance(cfg, (dict, DictConfig)) else None
+    try:
+        cls = get_class(target)
+    except Exception as e:   # hydra wraps import errors
+        raise ConfigError(f"{key}._target_={target!r} cannot be imported ({e}). Fix: compose the component from a "
+                          f"reward option, e.g. +reward@reward.components.<name>=hps") from None
+    if not (isinstance(cls, type) and issubclass(cls, Reward)):
+        raise ConfigError(f"{key}._target_={target!r} is not a rewards.base.Reward")
+    return cls
+
+
+class MultiReward(Reward):
+    """Weighted sum of component rewards.
+
+    Args:
+        components: name -> reward (hydra builds them from ``reward.components``).
+        weights: name -> weight, one per component.
+        normalize: ``none`` | ``batch`` | ``running``, applied to each component before weighting
+            (:mod:`rewards.normalization`).
+        norm_momentum: EMA rate of ``running`` statistics per call.
+    """
+
+    #: the config-dependent answer is :meth:`is_differentiable`; an instance sets its own
+    differentiable = True
+
+    def __init__(self, components: Mapping[str, Reward], weights: Mapping[str, float], normalize: str = "none",
+                 norm_momentum: float = 0.05, name: str = "multi", **frames):
+        super().__init__(name, **frames)
+        components, weights = dict(components), {k: float(v) for k, v in dict(weights).items()}
+        if not components or set(components) != set(weights):
+            raise ValueError(f"reward=multi needs one weight per component: components {sorted(components)}, "
+                             f"weights {sorted(weights)}")
+        self.components = nn.ModuleDict(components)
+        self.weights = weights
+        self.normalizers = nn.ModuleDict({n: ScoreNormalizer(normalize, norm_momentum) for n in components})
+        self.differentiable = all(c.differentiable or weights[n] == 0 for n, c in components.items())
+        self._sums: dict[str, list[float]] = {}
+
+    # -- config checks (before anything is built) ----------------------------------------------------------------
+    @classmethod
+    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
+        components, weights = cfg.get("components") or {}, cfg.get("weights") or {}
+        if not components:
+            raise ConfigError(f"{key}.components is empty. Fix: add one, e.g. +reward@{key}.components.hps=hps "
+                              f"+{key}.weights.hps=1.0")
+        if set(components) != set(weights):
+            raise ConfigError(f"{key}.weights must name exactly the components: components {sorted(components)}, "
+                              f"weights {sorted(weights)}. Fix: set {key}.weights.<name> for each component "
+                              f"(0 = score and log only)")
+        for n in components:
+            if n in RESERVED or "/" in n:
+                raise ConfigError(f"{key}.components.{n}: the name is taken by reward/{n} or not a metric name; "
+                                  f"rename the component")
+        if cfg.get("normalize", "none") not in NORMALIZATIONS:
+            raise ConfigError(f"{key}.normalize must be one of {NORMALIZATIONS} (got {cfg.normalize!r})")
+        if not 0 < cfg.get("norm_momentum", 0.05) <= 1:
+            raise ConfigError(f"{key}.norm_momentum must be in (0, 1] (got {cfg.norm_momentum})")
+        for n, c in components.items():
+            _component_class(c, f"{key}.components.{n}").check_config(c, prompts, f"{key}.components.{n}")
+
+    @classmethod
+    def is_differentiable(cls, cfg: DictConfig) -> bool:
+        components, weights = cfg.get("components") or {}, cfg.get("weights") or {}
+        return all(weights.get(n, 1.0) == 0 or _component_class(c, f"reward.components.{n}").is_differentiable(c)
+                   for n, c in components.items())
+
+    # -- scoring --------------------------------------------------------------------------------------------------
+    def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        total = None
+        for n, component in self.components.items():
+            w = self.weights[n]
+            with torch.set_grad_enabled(torch.is_grad_enabled() and component.differentiable and w != 0):
+                raw = component.score(images, prompts).float()
+            self._record(n, raw)
+            if w != 0:
+                term = w * self.normalizers[n](raw)
+                total = term if total is None else total + term
+        if total is None:                    # every weight 0: logging-only run
+            total = torch.zeros(images.shape[0], device=images.device)
+        return total
+
+    def _record(self, name: str, raw: torch.Tensor) -> None:
+        x = raw.detach().double()
+        s = self._sums.setdefault(name, [0.0, 0.0, 0.0])
+        s[0] += x.numel()
+        s[1] += float(x.sum())
+        s[2] += float((x * x).sum())
+
+    def step_metrics(self) -> dict[str, float]:
+        """``reward/<name>`` (mean raw score) and ``reward/<name>_std`` over the calls since the last step."""
+        out = {}
+        for name, (n, total, squares) in self._sums.items():
+            mean = total / n
+            out[f"reward/{name}"] = mean
+            out[f"reward/{name}_std"] = max(squares / n - mean * mean, 0.0) ** 0.5
+        self._sums = {}
+        return out

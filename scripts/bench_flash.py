@@ -1,0 +1,167 @@
+"""Flash-GRPO against full-trajectory Flow-GRPO and Flow-GRPO-Fast: update-phase and whole-step wall-clock and
+transformer pass counts, measured side by side in one process.
+
+All three methods run through the shared trainer loop (``Trainer.train_step``) on the same model, batch, sampling
+steps (20) and micro-batch, with KL off for all; steps alternate between the methods (the order rotates every
+round) and every figure is the median over the measured rounds. The model is the FLUX "small" configuration of
+``cpu_stack.md`` §2.1 (``FluxTransformer2DModel``, ~2.3M parameters, the tiny twin's text encoders widened to match),
+built and loaded through the same tiny-twin path as ``model=tiny_flux``, so transformer passes dominate the cost.
+
+    .venv/bin/python scripts/bench_flash.py                  # ~3-5 min on 2 CPU cores
+    .venv/bin/python scripts/bench_flash.py --rounds 3 --group-size 2
+
+The last output line is one JSON object (keys ``update_time_ratio_vs_flow_grpo``, ``step_time_ratio_vs_flow_grpo``,
+``bwd_count_ratio_vs_flow_grpo``, ...). Ratios are Flash-GRPO / baseline (lower is cheaper).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+# cpu_stack.md §2.1 FLUX_SMALL (in_channels 16 = the twin VAE's 4 channels packed 2x2); text encoders widened so
+# their outputs match joint_attention_dim / pooled_projection_dim = 64.
+FLUX_SMALL = dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
+                  num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64, axes_dims_rope=[8, 12, 12],
+                  guidance_embeds=True)
+CLIP_SMALL = dict(hidden_size=64, intermediate_size=128, projection_dim=64)
+T5_SMALL = dict(d_model=64, d_kv=16, d_ff=128)
+METHODS = ("flash_grpo", "flow_grpo", "flow_grpo_fast")
+
+
+@contextlib.contextmanager
+def small_flux_twin():
+    """Build ``model=tiny_flux`` with the FLUX small transformer (the twin's cache key covers the sizes) and an
+    untrained VAE (same size and decode cost as the twin's)."""
+    import models.tiny_flux as tf
+
+    saved = {name: dict(getattr(tf, name)) for name in ("TRANSFORMER", "CLIP", "T5")}
+    saved_steps, saved_pretrain = tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae
+    tf.TRANSFORMER.update(FLUX_SMALL), tf.CLIP.update(CLIP_SMALL), tf.T5.update(T5_SMALL)
+    # the VAE's colour pre-training only matters for what the reward sees, not for cost: skip it (own cache key)
+    tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = 0, lambda *a, **k: None
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            getattr(tf, name).clear(), getattr(tf, name).update(value)
+        tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = saved_steps, saved_pretrain
+
+
+def build_trainers(args, run_root: Path) -> dict:
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.config import register_configs
+    from launcher.trainer import RunInfo, Trainer
+
+    register_configs()
+    common = ["logger=none", "model=tiny_flux", f"method.sampling_steps={args.sampling_steps}",
+              f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
+              f"method.micro_batch={args.micro_batch}", "method.kl_beta=0", "trainer.sample_every=0",
+              "trainer.progress=false", f"trainer.threads={args.threads}", f"model.height={args.size}",
+              f"model.width={args.size}"]
+    extra = {"flow_grpo_fast": [f"method.window_size={args.fast_window}"]}
+    trainers = {}
+    for name in METHODS:
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            cfg = compose(config_name="train", overrides=[f"method={name}", *common, *extra.get(name, [])])
+        trainers[name] = Trainer(cfg, RunInfo(run_dir=run_root / name))
+    return trainers
+
+
+def median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rounds", type=int, default=5, help="measured steps per method (median)")
+    p.add_argument("--warmup", type=int, default=1, help="unmeasured steps per method first")
+    p.add_argument("--sampling-steps", type=int, default=20)
+    p.add_argument("--group-size", type=int, default=4)
+    p.add_argument("--prompts", type=int, default=2)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--fast-window", type=int, default=2, help="Flow-GRPO-Fast SDE window (its default: 2)")
+    p.add_argument("--size", type=int, default=32, help="image side in pixels (32 -> 64 transformer tokens)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = the trainer's default); 1 is the "
+                   "most repeatable on a shared machine")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp, small_flux_twin():
+        trainers = build_trainers(args, Path(tmp))
+        n_params = sum(prm.numel() for prm in trainers["flash_grpo"].backbone.transformer.parameters())
+        rows: dict[str, list[dict]] = {m: [] for m in METHODS}
+        for r in range(args.warmup + args.rounds):
+            order = METHODS[r % 3:] + METHODS[:r % 3]        # rotate so no method always runs first
+            for name in order:
+                m = trainers[name].train_step(r)
+                if r >= args.warmup:
+                    rows[name].append(m)
+            print(f"round {r}: " + "  ".join(f"{n} {rows[n][-1]['time/step_s']:.2f}s" if rows[n] else n
+                                             for n in METHODS), flush=True)
+
+    keys = ("time/rollout_s", "time/reward_s", "time/update_s", "time/step_s", "count/transformer_fwd",
+            "count/transformer_bwd")
+    med = {n: {k: median(rows[n], k) for k in keys} for n in METHODS}
+    b, steps = args.group_size * args.prompts, args.sampling_steps
+    print(f"\nFLUX small ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
+          f"{steps} sampling steps, torch threads {torch.get_num_threads()}; medians of {args.rounds} rounds")
+    print(f"{'method':16s} {'rollout_s':>10s} {'update_s':>10s} {'step_s':>10s} {'fwd':>6s} {'bwd':>6s}")
+    for n in METHODS:
+        v = med[n]
+        print(f"{n:16s} {v['time/rollout_s']:10.3f} {v['time/update_s']:10.3f} {v['time/step_s']:10.3f} "
+              f"{v['count/transformer_fwd']:6.0f} {v['count/transformer_bwd']:6.0f}")
+
+    flash, flow, fast = med["flash_grpo"], med["flow_grpo"], med["flow_grpo_fast"]
+    ratio = lambda a, c, k: a[k] / c[k]                                           # noqa: E731
+    trained_flow = flow["count/transformer_bwd"] / b                              # floor(0.99 N) = 19 at N = 20
+    # ideal: update cost proportional to trained (x, t) passes; the step keeps the identical rollout + reward
+    ideal_update = 1.0 / trained_flow
+    ideal_step = ((flow["time/rollout_s"] + flow["time/reward_s"] + flow["time/update_s"] * ideal_update)
+                  / flow["time/step_s"])
+    out = {
+        "update_time_ratio_vs_flow_grpo": ratio(flash, flow, "time/update_s"),
+        "step_time_ratio_vs_flow_grpo": ratio(flash, flow, "time/step_s"),
+        "bwd_count_ratio_vs_flow_grpo": ratio(flash, flow, "count/transformer_bwd"),
+        "fwd_count_ratio_vs_flow_grpo": ratio(flash, flow, "count/transformer_fwd"),
+        "update_time_ratio_vs_flow_grpo_fast": ratio(flash, fast, "time/update_s"),
+        "step_time_ratio_vs_flow_grpo_fast": ratio(flash, fast, "time/step_s"),
+        "bwd_count_ratio_vs_flow_grpo_fast": ratio(flash, fast, "count/transformer_bwd"),
+        "ideal_update_ratio_vs_flow_grpo": ideal_update,
+        "ideal_step_ratio_vs_flow_grpo": ideal_step,
+        "ideal_bwd_count_ratio_vs_flow_grpo_fast": 1.0 / args.fast_window,
+        "rollout_share_of_flash_step": flash["time/rollout_s"] / flash["time/step_s"],
+        "update_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/update_s"),
+        "step_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/step_s"),
+        "sampling_steps": steps, "samples_per_step": b, "rounds": args.rounds, "model_params": n_params,
+    }
+    print(f"\nupdate phase: Flash-GRPO / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} "
+          f"({out['update_speedup_vs_flow_grpo']:.1f}x cheaper; ideal {ideal_update:.3f} = 1/{trained_flow:.0f} "
+          f"trained steps); backward passes {out['bwd_count_ratio_vs_flow_grpo']:.3f}")
+    print(f"whole step:   Flash-GRPO / Flow-GRPO = {out['step_time_ratio_vs_flow_grpo']:.3f} "
+          f"({out['step_speedup_vs_flow_grpo']:.2f}x; ideal {ideal_step:.3f} with the same rollout): the "
+          f"{steps}-step rollout is {100 * out['rollout_share_of_flash_step']:.0f}% of a Flash-GRPO step")
+    print(f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
+          f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
+          f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}")
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

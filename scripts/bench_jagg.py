@@ -1,0 +1,231 @@
+"""Speed of JAGG against its baseline at the paper's settings, measured side by side in one process.
+
+Two trainers (the real loop of launcher/trainer.py) over the same FLUX-class model take turns step by step (the order
+alternates every round): one runs DanceGRPO on all 20 trainable steps of 21 sampling steps (``timestep_fraction=1``),
+the other ``method=jagg`` (W = 4, jagg_frac 0.6: groups 0-2 JAGG, 3-4 exact; eta 0.3, shift 3). After each round the
+cost of single transformer calls is probed on the same model. Ratios are medians over the measured rounds of each
+round's JAGG / baseline ratio (the two steps of a round ran back to back, under the same machine load).
+
+It prints, for the update phase and the whole step, the time ratio JAGG / baseline, the transformer forward and
+backward counts (counted on the model), and the *ideal* update-time ratio: the transformer work of the calls each
+method makes, priced with the measured costs (baseline, per sample: 20 x [forward + backward] of 1 row; JAGG:
+3 x [forward + backward of the 2-row endpoint batch + 2 graph-free forwards] + 8 x [forward + backward]). Targets:
+measured update ratio within 10% of the ideal, backward count ratio exactly 0.7 (the paper: ~30% less update time).
+
+Time is the process's CPU time by default (``--clock cpu``; with one torch thread, the work done, which other jobs
+on a shared machine do not inflate); ``--clock wall`` uses the trainer's wall-clock timers instead (both are printed).
+The last output line is one JSON object (``update_time_ratio``, ``step_time_ratio``, ``ideal_update_time_ratio``,
+``bwd_count_ratio``, ...).
+
+    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small" (cpu_stack.md §2.1), 64x64: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+import torch  # noqa: E402
+
+# FLUX "small" (cpu_stack.md §2.1): 2 double + 4 single blocks, 4 heads x 32; text widths match the tiny encoders.
+CONFIGS = {
+    "small": dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
+                  num_attention_heads=4, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
+                  guidance_embeds=True),
+    "medium": dict(patch_size=1, in_channels=16, num_layers=4, num_single_layers=8, attention_head_dim=32,
+                   num_attention_heads=8, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
+                   guidance_embeds=True),
+}
+
+
+def model_folder(config: str) -> Path:
+    """The tiny twin's text encoders and VAE with a wider, deeper FLUX transformer, saved once like a hub folder."""
+    from diffusers import FluxTransformer2DModel
+
+    from models.tiny_flux import build_tiny_flux_pipeline, default_cache_dir
+
+    key = hashlib.sha1(json.dumps(CONFIGS[config], sort_keys=True).encode()).hexdigest()[:10]
+    target = default_cache_dir() / f"bench_flux_{config}-{key}"
+    if not (target / "model_index.json").exists():
+        torch.manual_seed(0)
+        pipe = build_tiny_flux_pipeline(seed=0, pretrain_steps=0)
+        pipe.register_modules(transformer=FluxTransformer2DModel(**CONFIGS[config]))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".bench-"))
+        pipe.save_pretrained(tmp)
+        tmp.rename(target)
+    return target
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.config import register_configs
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=overrides)
+
+
+class CPUClock:
+    """CPU seconds of this process spent in a trainer's update phase (advantages, backward calls, optimizer steps:
+    the method's public hooks and the optimizer) and in whole steps. With one torch thread this is the work done,
+    which other jobs on a shared machine do not inflate, unlike wall-clock."""
+
+    def __init__(self, trainer):
+        self.update = 0.0
+        method = trainer.method
+        for owner, name in ((method, "prepare_update"), (method, "update_plan"), (method, "backward"),
+                            (trainer.optimizer, "step")):
+            setattr(owner, name, self._timed(getattr(owner, name)))
+
+    def _timed(self, fn):
+        def wrapper(*args, **kwargs):
+            t0 = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.update += time.process_time() - t0
+        return wrapper
+
+
+def probe_costs(backbone, reps: int) -> dict[str, float]:
+    """Median CPU seconds of one transformer call: graph-free forward (1 row), forward with graph and its backward
+    (1 row, and 2 rows as JAGG's endpoint batch)."""
+    embeds = backbone.encode_prompts(["a red square"])
+    params = list(backbone.trainable_parameters())
+    out: dict[str, list[float]] = {}
+
+    def timed(key, fn):
+        t0 = time.process_time()
+        result = fn()
+        out.setdefault(key, []).append(time.process_time() - t0)
+        return result
+
+    for _ in range(reps):
+        for rows in (1, 2):
+            x = torch.randn(rows, *backbone.latent_shape)
+            e = embeds.select([0] * rows)
+            t = torch.full((rows,), 0.7)
+            if rows == 1:
+                with torch.no_grad():
+                    timed("fwd_nograd_1", lambda: backbone.velocity(x, t, e))
+            v = timed(f"fwd_{rows}", lambda: backbone.velocity(x, t, e))
+            timed(f"bwd_{rows}", lambda: v.backward(torch.randn_like(v)))
+            for p in params:
+                p.grad = None
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", choices=sorted(CONFIGS), default="small")
+    ap.add_argument("--size", type=int, default=64, help="image side in pixels (64 -> 256 image tokens)")
+    ap.add_argument("--samples", type=int, default=4, help="samples per step (one prompt group)")
+    ap.add_argument("--rounds", type=int, default=6, help="measured rounds (each: one step of each method)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
+    ap.add_argument("--probe-reps", type=int, default=5)
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                    help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall")
+    args = ap.parse_args()
+
+    from launcher.trainer import RunInfo, Trainer
+
+    folder = model_folder(args.config)
+    common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.height={args.size}",
+              f"model.width={args.size}", "trainer.sample_every=0", "trainer.progress=false",
+              f"trainer.threads={args.threads}", f"method.group_size={args.samples}", "method.prompts_per_step=1",
+              "method.sampling_steps=21", "method.eta=0.3", "method.shift=3.0", "method.micro_batch=1",
+              "method.updates_per_rollout=2"]
+    setups = {
+        "baseline": ["method=dance_grpo", "method.timestep_fraction=1.0", *common],     # all 20 steps, exact
+        "jagg": ["method=jagg", "method.base=dance_grpo", "method.window=4", "method.jagg_frac=0.6", *common],
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        trainers = {name: Trainer(compose(ov), RunInfo(run_dir=Path(tmp) / name)) for name, ov in setups.items()}
+        n_params = sum(p.numel() for p in trainers["jagg"].params)
+        print(f"model: FLUX {args.config} ({n_params / 1e6:.2f} M params), {args.size}x{args.size} "
+              f"({trainers['jagg'].backbone.latent_shape[0]} image tokens), {args.samples} samples/step, "
+              f"21 sampling steps, {args.threads} thread(s); {args.warmup} warm-up + {args.rounds} measured rounds")
+        clocks = {name: CPUClock(t) for name, t in trainers.items()}
+        rows: dict[str, list[dict]] = {name: [] for name in trainers}
+        costs: list[dict[str, float]] = []
+        for r in range(args.warmup + args.rounds):
+            order = list(trainers) if r % 2 == 0 else list(trainers)[::-1]
+            for name in order:
+                clocks[name].update, t0 = 0.0, time.process_time()
+                m = dict(trainers[name].train_step(r))
+                m.update({"cpu/step_s": time.process_time() - t0, "cpu/update_s": clocks[name].update})
+                if r >= args.warmup:
+                    rows[name].append(m)
+            if r >= args.warmup:
+                costs.append(probe_costs(trainers["jagg"].backbone, args.probe_reps))
+            print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
+                f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
+                for n in order), flush=True)
+
+    keys = ("cpu/update_s", "cpu/step_s", "time/update_s", "time/step_s", "time/rollout_s", "count/transformer_fwd",
+            "count/transformer_bwd")
+    med = {n: {k: statistics.median(row[k] for row in rs) for k in keys} for n, rs in rows.items()}
+    clock = "cpu" if args.clock == "cpu" else "time"
+    c = {k: statistics.median(cost[k] for cost in costs) for k in costs[0]}
+    fb1, fb2 = c["fwd_1"] + c["bwd_1"], c["fwd_2"] + c["bwd_2"]
+    ideal = (3 * (fb2 + 2 * c["fwd_nograd_1"]) + 8 * fb1) / (20 * fb1)
+    ideal_per_row = (6 * c["fwd_nograd_1"] + 14 * c["fwd_1"] + 14 * c["bwd_1"]) / (20 * fb1)
+    base, jagg = med["baseline"], med["jagg"]
+    def paired(key: str) -> float:
+        """Median over rounds of the round's JAGG / baseline ratio: the two ran back to back, under the same load."""
+        return statistics.median(j[key] / b[key] for j, b in zip(rows["jagg"], rows["baseline"]))
+
+    result = {
+        "update_time_ratio": paired(f"{clock}/update_s"),
+        "step_time_ratio": paired(f"{clock}/step_s"),
+        "ideal_update_time_ratio": ideal,
+        "bwd_count_ratio": jagg["count/transformer_bwd"] / base["count/transformer_bwd"],
+        "fwd_count_ratio": jagg["count/transformer_fwd"] / base["count/transformer_fwd"],
+        "ideal_update_time_ratio_from_1_row_costs": ideal_per_row,
+        "update_ratio_over_ideal": paired(f"{clock}/update_s") / ideal,
+        "cpu_update_time_ratio": paired("cpu/update_s"),
+        "cpu_step_time_ratio": paired("cpu/step_s"),
+        "wall_update_time_ratio": paired("time/update_s"),
+        "wall_step_time_ratio": paired("time/step_s"),
+        "clock": args.clock,
+        "baseline": base, "jagg": jagg, "pass_costs_s": c,
+        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples, "rounds": args.rounds,
+                   "threads": args.threads, "sampling_steps": 21, "window": 4, "jagg_frac": 0.6},
+    }
+    print()
+    print(f"{'medians':22}{'baseline':>12}{'jagg':>12}{'ratio':>10}{'paired':>10}")
+    for key, label in (("cpu/update_s", "update phase (CPU s)"), ("cpu/step_s", "whole step (CPU s)"),
+                       ("time/update_s", "update phase (wall s)"), ("time/step_s", "whole step (wall s)"),
+                       ("time/rollout_s", "rollout (wall s)"), ("count/transformer_fwd", "transformer fwd rows"),
+                       ("count/transformer_bwd", "transformer bwd rows")):
+        print(f"{label:22}{base[key]:>12.3f}{jagg[key]:>12.3f}{jagg[key] / base[key]:>10.3f}{paired(key):>10.3f}")
+    print(f"pass costs (median): fwd no-grad 1 row {c['fwd_nograd_1'] * 1e3:.1f} ms, fwd 1 row {c['fwd_1'] * 1e3:.1f} ms,"
+          f" bwd 1 row {c['bwd_1'] * 1e3:.1f} ms, fwd 2 rows {c['fwd_2'] * 1e3:.1f} ms, bwd 2 rows {c['bwd_2'] * 1e3:.1f} ms")
+    print(f"ratios below: the {args.clock} clock, median of the rounds' paired ratios")
+    print(f"ideal update-time ratio {ideal:.3f} (from 1-row costs only: {ideal_per_row:.3f}); measured "
+          f"{result['update_time_ratio']:.3f} = {result['update_ratio_over_ideal']:.3f} x ideal "
+          f"({'within' if abs(result['update_ratio_over_ideal'] - 1) <= 0.10 else 'NOT within'} 10%); "
+          f"backward rows {result['bwd_count_ratio']:.3f} (target 0.700)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
