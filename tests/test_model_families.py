@@ -268,21 +268,24 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
 
 # --------------------------------------------------------------------------------------------- fine-tuning modes
 @pytest.mark.slow
+@pytest.mark.parametrize("method", ["flow_grpo", "eam"])
 @pytest.mark.parametrize("name", NAMES)
-def test_lora_grpo_step_trains_only_the_adapter_and_reference_is_the_base_model(name, tmp_path):
-    """A Flow-GRPO step with KL (so the reference is used) in LoRA mode: only adapter weights move, the base stays
-    bit-identical, and the disabled-adapter velocity equals a freshly loaded base model's."""
+def test_lora_step_trains_only_the_adapter_and_reference_is_the_base_model(name, method, tmp_path):
+    """A Flow-GRPO step with KL, or an EAM step (both use the frozen reference), in LoRA mode: only adapter weights
+    move, the base stays bit-identical, and the disabled-adapter velocity equals a freshly loaded base model's."""
     from launcher.trainer import RunInfo, Trainer
 
+    extra = ["method.kl_beta=0.1"] if method == "flow_grpo" else ["method.endpoint_nfe=3", "method.loss_timesteps=2"]
     cfg = compose(["experiment=smoke", "logger=none", f"model={name}", "model.finetune=lora", "model.lora_rank=4",
-                   "method=flow_grpo", "method.kl_beta=0.1", "trainer.steps=1"])
+                   f"method={method}", *extra, "trainer.steps=1"])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     bb = trainer.backbone
     named = dict(bb.transformer.named_parameters())
     before = {k: v.detach().clone() for k, v in named.items()}
     assert {id(p) for p in trainer.params} == {id(p) for k, p in named.items() if "lora_" in k}   # optimizer sees
     row = trainer.train_step(0)                                                                  # adapter only
-    assert row["health/skipped_updates"] == 0 and "policy/kl_ref" in row
+    assert row["health/skipped_updates"] == 0 and ("policy/kl_ref" in row or method == "eam")
+    assert row["loss"] == row["loss"] and row["count/transformer_bwd"] > 0
     changed = {k for k, v in named.items() if not torch.equal(v, before[k])}
     assert changed and all("lora_" in k for k in changed)
     assert all(torch.equal(v, before[k]) for k, v in named.items() if "lora_" not in k)
