@@ -32,6 +32,7 @@ class TrainerConfig:
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
 
 
 @dataclass

@@ -309,9 +309,25 @@ class Trainer:
                 self._finish(exit_code)
         return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
 
+    def _export(self) -> None:
+        """The fine-tuned weights in the family's own format (a peft adapter or a diffusers transformer folder), next
+        to the DCP checkpoints, which only rewardflow resumes from. Every rank calls it (sharded state is gathered)."""
+        from models.backbone import Backbone
+
+        if type(self.backbone).save_pretrained is Backbone.save_pretrained:
+            if self.world.is_main:
+                log.info("model=%s has no export format (trainer.export skipped); its DCP checkpoint holds the "
+                         "weights", self.cfg.model.name)
+            return
+        out = self.backbone.save_pretrained(self.info.run_dir / "export")
+        if self.world.is_main:
+            log.info("exported the fine-tuned weights to %s (see rewardflow_export.json for how to load them)", out)
+
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
             self.save_checkpoint(int(self.cfg.trainer.steps) - 1)   # the end state is a checkpoint too
+        if exit_code == 0 and self.cfg.trainer.export:
+            self._export()
         if not self.world.is_main:
             return
         if self.logger.history:

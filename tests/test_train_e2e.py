@@ -116,6 +116,17 @@ def test_lora_finetune_trains_only_the_adapter(tmp_path):
     changed = {k for k, v in named.items() if not torch.equal(v, before[k])}
     assert changed and all("lora" in k for k in changed)
     assert all(not v.requires_grad for k, v in named.items() if "lora" not in k)
+    exported = json.loads((tmp_path / "export" / "rewardflow_export.json").read_text())   # trainer.export
+    assert exported["finetune"] == "lora" and (tmp_path / "export" / "pytorch_lora_weights.safetensors").exists()
+
+
+def test_full_finetune_exports_a_transformer_diffusers_loads(tmp_path):
+    from diffusers import FluxTransformer2DModel
+
+    trainer, _ = run_smoke(tmp_path, ["model.finetune=full"])
+    loaded = FluxTransformer2DModel.from_pretrained(tmp_path / "export", subfolder="transformer")
+    trained = trainer.backbone.transformer.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in loaded.state_dict().items())
 
 
 class NaNReward(Reward):
