@@ -158,7 +158,7 @@ def _sd3_inputs(fam: Family, cfg: dict, s: CallShape, device, text_dtype, g) -> 
     h, w = s.latent_hw()
     rows = s.rows
     return dict(hidden_states=_randn((rows, cfg["in_channels"], h, w), g, device),   # patchified inside
-                timestep=torch.full((rows,), 1000.0 * SIGMA, device=device),         # SD3 scale: 0..1000
+                timestep=torch.full((rows,), SIGMA, device=device) * 1000.0,         # SD3 scale: 0..1000
                 encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device,
                                              text_dtype),
                 pooled_projections=_randn((rows, cfg["pooled_projection_dim"]), g, device, text_dtype))

@@ -9,12 +9,18 @@ Sections, in order, each with a share of the budget:
     one-line message (unless ``--cpu-smoke``).
 ``bf16``
     For each family (flux, sd35m, qwenimage, wan2.1): the **transformer only**, at its published size with random
-    weights (``models/real_transformers.py``, where the configs and their sources are), built directly on the GPU;
+    weights, built directly on the GPU (``models/real_transformers.py`` holds the configs with their sources:
+    FLUX.1-dev from black-forest-labs/flux ``src/flux/util.py`` and diffusers ``scripts/convert_flux_to_diffusers.py``;
+    SD3.5-Medium from stabilityai/stable-diffusion-3.5-medium ``transformer/config.json`` and diffusers
+    ``scripts/convert_sd3_to_diffusers.py``; Qwen-Image from Qwen/Qwen-Image ``transformer/config.json``, diffusers'
+    documented defaults; Wan2.1-T2V-1.3B from diffusers ``scripts/convert_wan_to_diffusers.py``);
     forward, and forward + backward of the velocity under bf16 autocast with gradient checkpointing (as the real
-    model YAMLs), at the project's training resolution with synthetic text embeddings. Master weights are fp32 (the
-    project's GPU precision) when fp32 weights, fp32 gradients and the autocast copies fit in free memory, else
-    bf16 (Qwen-Image's 20.4 B parameters: 2 x 82 GB in fp32); an fp32 attempt that runs out of memory is retried in
-    bf16. Reports build time, forward and forward + backward seconds (medians), peak memory, gradient norm.
+    model YAMLs), at the project's training resolution (512x512; Wan2.1 480x832 with 33 frames instead of the
+    recipe's 81, a fifth of the attention cost: ``--wan-frames 81`` measures the recipe) with synthetic text
+    embeddings and true CFG as 2 rows where the family uses it. Master weights are fp32 (the project's GPU
+    precision) when fp32 weights, fp32 gradients and the autocast copies fit in free memory, else bf16 (Qwen-Image's
+    20.4 B parameters: 2 x 82 GB in fp32); an fp32 attempt that runs out of memory is retried in bf16. Reports build
+    time, forward and forward + backward seconds (medians), peak memory, gradient norm.
 ``fsdp``
     A 1-rank NCCL process group (one GPU: NCCL refuses two ranks on one device), FLUX.1-dev at full width and
     reduced depth (4 double + 8 single blocks, 2.5 B parameters: AdamW's fp32 states for all 57 blocks, 190 GB, do
@@ -37,8 +43,8 @@ The last line printed is one JSON object, section -> dict (``status`` ok / skipp
 ``seconds``, figures), also written to ``--out``; the exit code is 0 only when every section is ok.
 
     .venv/bin/python scripts/gpu_check.py                        # on a GPU machine: ~8 min, writes gpu_check.json
-    .venv/bin/python scripts/gpu_check.py --sections bf16 --families qwenimage --wan-frames 81
-    .venv/bin/python scripts/gpu_check.py --cpu-smoke            # the same code on the CPU at tiny widths (~40 s)
+    .venv/bin/python scripts/gpu_check.py --sections bf16 --families wan2.1 --wan-frames 81
+    .venv/bin/python scripts/gpu_check.py --cpu-smoke            # the same code on the CPU at tiny widths (~30 s)
 
 ``--cpu-smoke`` runs every section on the CPU: the tiny twins' transformer widths, gloo instead of NCCL, bf16
 autocast (supported on CPU, only slow) in ``bf16`` and the CPU's fp32 policy in ``fsdp``, the benches with
@@ -525,7 +531,7 @@ def section_bench(chk: Check, name: str, res: dict, allowance: float) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              timeout=max(1.0, allowance - 1.0))
+                              errors="replace", timeout=max(1.0, allowance - 1.0))
         output, rc = proc.stdout, proc.returncode
     except subprocess.TimeoutExpired as e:
         output = e.output.decode(errors="replace") if isinstance(e.output, bytes) else (e.output or "")
@@ -580,6 +586,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(sections) - set(SECTIONS)) + sorted(set(families) - set(FAMILY_NAMES))
+    if args.wan_frames is not None and (args.wan_frames < 1 or (args.wan_frames - 1) % 4):
+        p.error(f"--wan-frames must be 4k + 1 (1, 5, ..., 81), got {args.wan_frames}")
     if unknown:
         p.error(f"unknown section or family: {', '.join(unknown)} (sections: {', '.join(SECTIONS)}; families: "
                 f"{', '.join(FAMILY_NAMES)})")

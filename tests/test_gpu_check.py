@@ -133,3 +133,44 @@ def test_without_cuda_it_stops_with_one_line():
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0] and "--cpu-smoke" in lines[0]
+
+
+def test_master_weights_are_fp32_where_they_fit_an_h200_and_bf16_for_qwen_image(monkeypatch):
+    gc = _load()
+    from models.real_transformers import FAMILIES
+
+    free = 138 * 2**30                                   # an idle H200 (139 GiB) with a CUDA context
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 139 * 2**30))
+    cuda = torch.device("cuda", 0)
+    chosen = {name: gc.choose_param_dtype(cuda, fam.count_parameters(fam.config))[0]
+              for name, fam in FAMILIES.items()}
+    assert chosen == {"flux": torch.float32, "sd35m": torch.float32, "qwenimage": torch.bfloat16,
+                      "wan2.1": torch.float32}
+    assert gc.choose_param_dtype(torch.device("cpu"), 10**12)[0] == torch.float32
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("twin", ["tiny_flux", "tiny_sd35m", "tiny_qwenimage", "tiny_wan2.1"])
+def test_call_inputs_are_what_the_adapter_hands_the_transformer(twin):
+    """models/real_transformers.py rebuilds each adapter's transformer call without the adapter: the same keyword
+    arguments, tensor ranks and dtypes, rows (CFG doubles them) and timestep values as the adapter's ``velocity``."""
+    from families import FAMILIES as TWINS
+    from models.real_transformers import FAMILIES, SIGMA
+
+    bb = TWINS[twin].build(device="cpu")
+    seen: dict = {}
+    hook = bb.transformer.register_forward_pre_hook(lambda m, args, kwargs: seen.update(kwargs), with_kwargs=True)
+    with torch.no_grad():
+        bb.velocity(bb.initial_noise(1), torch.full((1,), SIGMA), bb.encode_prompts(["a red square"]))
+    hook.remove()
+    fam = FAMILIES[twin.removeprefix("tiny_")]
+    ours = fam.call_inputs(fam.transformer_config(tiny=True), fam.smoke_shape, torch.device("cpu"), bb.dtype)
+    assert set(ours) | {"return_dict"} == set(seen)
+    for key, value in ours.items():
+        theirs = seen[key]
+        if torch.is_tensor(value):
+            assert torch.is_tensor(theirs) and (value.dtype, value.dim()) == (theirs.dtype, theirs.dim()), key
+        else:
+            assert type(value) is type(theirs) and (value is None or len(value) == len(theirs)), key
+    assert ours["hidden_states"].shape[0] == seen["hidden_states"].shape[0]
+    assert torch.equal(ours["timestep"], seen["timestep"])
