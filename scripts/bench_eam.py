@@ -7,7 +7,9 @@ Three parts, all on the CPU, each through the shared trainer loop (``Trainer.tra
    iteration of each method in turn (the order alternates every round), after warm-up. Methods: Adjoint Matching at
    the paper's setting (K = 40 memoryless SDE steps, 10 + 10 loss steps), EAM at its defaults (10-step endpoint,
    K_t = 4 loss times) and EAM in AM-parity mode (K_t = 20 on AM's grid). Per-iteration wall-clock (median) and
-   transformer passes per sample (forwards + backwards, counted on the model).
+   transformer passes per sample (forwards + backwards, counted on the model). ``--config`` picks the transformer:
+   ``twin`` (``model=tiny_flux`` itself), ``tiny`` (the same transformer with an untrained VAE: no VAE pre-training
+   to wait for) or ``wide`` (FLUX.1-dev's block width, models/tiny_flux.py, for a GPU: ``--device cuda``).
 2. ``toy``: experiment=toy_eam and experiment=toy_am (the Gaussian problem with a known answer): reward/mean and the
    error of the samples' mean/variance against the analytic tilted target, against training wall-clock; the
    wall-clock at which each first gets within 0.05 of the target.
@@ -72,10 +74,22 @@ def say(msg: str = "") -> None:
 
 
 # ------------------------------------------------------------------------------------------------- 1. cost
+def cost_model_overrides(config: str, device: str) -> list[str]:
+    """``model.*`` overrides of the cost part: the twin as configured, or a variant folder of models/tiny_flux.py."""
+    from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER, materialize_tiny_flux_variant
+
+    out = [f"model.device={device}"]
+    if config != "twin":
+        transformer = {"tiny": TRANSFORMER, "wide": WIDE_TRANSFORMER}[config]
+        out.append(f"model.path={materialize_tiny_flux_variant(transformer)}")
+    return out
+
+
 def bench_cost(args) -> dict:
     b = args.prompts * args.group
     common = [f"trainer.threads={args.threads}", f"method.prompts_per_step={args.prompts}",
-              f"method.group_size={args.group}", f"method.micro_batch={b}", f"model.finetune={args.finetune}"]
+              f"method.group_size={args.group}", f"method.micro_batch={b}", f"model.finetune={args.finetune}",
+              f"model.height={args.size}", f"model.width={args.size}", *cost_model_overrides(args.config, args.device)]
     trainers = {name: make_trainer([*ov, *common]) for name, ov in COST_VARIANTS.items()}
     names = list(trainers)
     rec: dict[str, list[dict]] = {n: [] for n in names}
@@ -84,7 +98,8 @@ def bench_cost(args) -> dict:
             m = trainers[name].train_step(r)
             if r >= args.warmup:
                 rec[name].append(m)
-    say(f"\n== 1. per-iteration cost: tiny Flux twin ({args.finetune}), reward=color, {b} samples per iteration, "
+    say(f"\n== 1. per-iteration cost: Flux twin, {args.config} transformer ({args.finetune}) on "
+        f"{trainers[names[0]].backbone.device}, {args.size}x{args.size}, reward=color, {b} samples per iteration, "
         f"{args.rounds} alternating rounds after {args.warmup} warm-up ==")
     say(f"{'method':<18}{'s/iter (median)':>16}{'rollout s':>11}{'reward s':>10}{'update s':>10}"
         f"{'fwd/sample':>12}{'bwd/sample':>12}{'NFE/sample':>12}")
@@ -103,7 +118,8 @@ def bench_cost(args) -> dict:
            "iter_time_ratio_am_over_eam_parity": am["iter_s"] / par["iter_s"],
            "nfe_ratio_am_over_eam_parity": am["nfe"] / par["nfe"],
            "am_iter_s": am["iter_s"], "eam_iter_s": eam["iter_s"], "eam_parity_iter_s": par["iter_s"],
-           "am_nfe_per_sample": am["nfe"], "eam_nfe_per_sample": eam["nfe"], "eam_parity_nfe_per_sample": par["nfe"]}
+           "am_nfe_per_sample": am["nfe"], "eam_nfe_per_sample": eam["nfe"], "eam_parity_nfe_per_sample": par["nfe"],
+           "cost_config": args.config, "cost_device": str(trainers[names[0]].backbone.device), "cost_size": args.size}
     say(f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration, "
         f"{res['nfe_ratio_am_over_eam']:.2f}x transformer passes; AM / EAM-parity (K_t = 20): "
         f"{res['iter_time_ratio_am_over_eam_parity']:.2f}x, {res['nfe_ratio_am_over_eam_parity']:.2f}x")
@@ -266,6 +282,9 @@ def main(argv=None) -> dict:
     p.add_argument("--prompts", type=int, default=4, help="cost part: prompts per iteration")
     p.add_argument("--group", type=int, default=2, help="cost part: samples per prompt")
     p.add_argument("--finetune", default="lora", choices=["lora", "full"], help="cost part: fine-tuning mode")
+    p.add_argument("--config", default="twin", choices=["twin", "tiny", "wide"], help="cost part: transformer (above)")
+    p.add_argument("--device", default="auto", help="cost part: model.device (auto: cuda if available)")
+    p.add_argument("--size", type=int, default=32, help="cost part: image side in pixels (the twin's default 32)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 = robust on shared CPUs)")
     p.add_argument("--toy-steps", type=int, default=150)
     p.add_argument("--toy-eval-every", type=int, default=15)

@@ -3,12 +3,15 @@ transformer pass counts, measured side by side in one process.
 
 All three methods run through the shared trainer loop (``Trainer.train_step``) on the same model, batch, sampling
 steps (20) and micro-batch, with KL off for all; steps alternate between the methods (the order rotates every
-round) and every figure is the median over the measured rounds. The model is the FLUX "small" configuration of
-``cpu_stack.md`` §2.1 (``FluxTransformer2DModel``, ~2.3M parameters, the tiny twin's text encoders widened to match),
-built and loaded through the same tiny-twin path as ``model=tiny_flux``, so transformer passes dominate the cost.
+round) and every figure is the median over the measured rounds. The model (``--config``) is by default the FLUX
+"small" configuration of ``cpu_stack.md`` §2.1 (``FluxTransformer2DModel``, ~2.3M parameters, the tiny twin's text
+encoders widened to match), built and loaded through the same tiny-twin path as ``model=tiny_flux``, so transformer
+passes dominate the cost; ``tiny`` is the twin's own transformer (smoke runs), ``wide`` FLUX.1-dev's block width
+(for a GPU, ``--device cuda``).
 
     .venv/bin/python scripts/bench_flash.py                  # ~3-5 min on 2 CPU cores
     .venv/bin/python scripts/bench_flash.py --rounds 3 --group-size 2
+    .venv/bin/python scripts/bench_flash.py --device cuda --config wide --size 128
 
 The last output line is one JSON object (keys ``update_time_ratio_vs_flow_grpo``, ``step_time_ratio_vs_flow_grpo``,
 ``bwd_count_ratio_vs_flow_grpo``, ...). Ratios are Flash-GRPO / baseline (lower is cheaper).
@@ -16,7 +19,6 @@ The last output line is one JSON object (keys ``update_time_ratio_vs_flow_grpo``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import logging
 import os
@@ -40,23 +42,15 @@ T5_SMALL = dict(d_model=64, d_kv=16, d_ff=128)
 METHODS = ("flash_grpo", "flow_grpo", "flow_grpo_fast")
 
 
-@contextlib.contextmanager
-def small_flux_twin():
-    """Build ``model=tiny_flux`` with the FLUX small transformer (the twin's cache key covers the sizes) and an
-    untrained VAE (same size and decode cost as the twin's)."""
-    import models.tiny_flux as tf
+def model_folder(config: str) -> Path:
+    """The twin folder of ``--config`` (models/tiny_flux.py): text encoders, an untrained VAE (the VAE's colour
+    pre-training matters for what the reward sees, not for cost) and the chosen transformer; ``tiny`` and ``wide``
+    keep the twin's text encoders."""
+    from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER, materialize_tiny_flux_variant
 
-    saved = {name: dict(getattr(tf, name)) for name in ("TRANSFORMER", "CLIP", "T5")}
-    saved_steps, saved_pretrain = tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae
-    tf.TRANSFORMER.update(FLUX_SMALL), tf.CLIP.update(CLIP_SMALL), tf.T5.update(T5_SMALL)
-    # the VAE's colour pre-training only matters for what the reward sees, not for cost: skip it (own cache key)
-    tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = 0, lambda *a, **k: None
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            getattr(tf, name).clear(), getattr(tf, name).update(value)
-        tf.VAE_PRETRAIN_STEPS, tf.pretrain_vae = saved_steps, saved_pretrain
+    if config == "small":
+        return materialize_tiny_flux_variant(FLUX_SMALL, clip=CLIP_SMALL, t5=T5_SMALL)
+    return materialize_tiny_flux_variant({"tiny": TRANSFORMER, "wide": WIDE_TRANSFORMER}[config])
 
 
 def build_trainers(args, run_root: Path) -> dict:
@@ -67,7 +61,8 @@ def build_trainers(args, run_root: Path) -> dict:
     from launcher.trainer import RunInfo, Trainer
 
     register_configs()
-    common = ["logger=none", "model=tiny_flux", f"method.sampling_steps={args.sampling_steps}",
+    common = ["logger=none", "model=tiny_flux", f"model.path={model_folder(args.config)}",
+              f"model.device={args.device}", f"method.sampling_steps={args.sampling_steps}",
               f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
               f"method.micro_batch={args.micro_batch}", "method.kl_beta=0", "trainer.sample_every=0",
               "trainer.progress=false", f"trainer.threads={args.threads}", f"model.height={args.size}",
@@ -98,14 +93,17 @@ def main() -> None:
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32 -> 64 transformer tokens)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (0 = the trainer's default); 1 is the "
                    "most repeatable on a shared machine")
+    p.add_argument("--config", choices=("small", "tiny", "wide"), default="small", help="transformer size (above)")
+    p.add_argument("--device", default="auto", help="model.device: auto (cuda if available), cpu or cuda")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
     import torch
 
-    with tempfile.TemporaryDirectory() as tmp, small_flux_twin():
+    with tempfile.TemporaryDirectory() as tmp:
         trainers = build_trainers(args, Path(tmp))
         n_params = sum(prm.numel() for prm in trainers["flash_grpo"].backbone.transformer.parameters())
+        device = trainers["flash_grpo"].backbone.device
         rows: dict[str, list[dict]] = {m: [] for m in METHODS}
         for r in range(args.warmup + args.rounds):
             order = METHODS[r % 3:] + METHODS[:r % 3]        # rotate so no method always runs first
@@ -120,7 +118,7 @@ def main() -> None:
             "count/transformer_bwd")
     med = {n: {k: median(rows[n], k) for k in keys} for n in METHODS}
     b, steps = args.group_size * args.prompts, args.sampling_steps
-    print(f"\nFLUX small ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
+    print(f"\nFLUX {args.config} ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
           f"{steps} sampling steps, torch threads {torch.get_num_threads()}; medians of {args.rounds} rounds")
     print(f"{'method':16s} {'rollout_s':>10s} {'update_s':>10s} {'step_s':>10s} {'fwd':>6s} {'bwd':>6s}")
     for n in METHODS:
@@ -150,6 +148,7 @@ def main() -> None:
         "update_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/update_s"),
         "step_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/step_s"),
         "sampling_steps": steps, "samples_per_step": b, "rounds": args.rounds, "model_params": n_params,
+        "config": args.config, "device": str(device),
     }
     print(f"\nupdate phase: Flash-GRPO / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} "
           f"({out['update_speedup_vs_flow_grpo']:.1f}x cheaper; ideal {ideal_update:.3f} = 1/{trained_flow:.0f} "

@@ -12,18 +12,20 @@ method makes, priced with the measured costs (baseline, per sample: 20 x [forwar
 3 x [forward + backward of the 2-row endpoint batch + 2 graph-free forwards] + 8 x [forward + backward]). Targets:
 measured update ratio within 10% of the ideal, backward count ratio exactly 0.7 (the paper: ~30% less update time).
 
-Time is the process's CPU time by default (``--clock cpu``; with one torch thread, the work done, which other jobs
-on a shared machine do not inflate); ``--clock wall`` uses the trainer's wall-clock timers instead (both are printed).
+On the CPU, time is the process's CPU time by default (``--clock auto`` = ``cpu``; with one torch thread, the work
+done, which other jobs on a shared machine do not inflate); ``--clock wall`` uses the trainer's wall-clock timers
+instead (both are printed). On a GPU (``--device cuda``) the process's CPU time says nothing about the work, so
+``auto`` means ``wall`` there, and the pass costs are timed with the device synchronised around each call.
 The last output line is one JSON object (``update_time_ratio``, ``step_time_ratio``, ``ideal_update_time_ratio``,
 ``bwd_count_ratio``, ...).
 
     .venv/bin/python scripts/bench_jagg.py                  # FLUX "small" (cpu_stack.md §2.1), 64x64: ~2 CPU-min
     .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
+    .venv/bin/python scripts/bench_jagg.py --device cuda --config wide --size 128   # FLUX.1 block width on a GPU
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -39,7 +41,10 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 
+from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
+
 # FLUX "small" (cpu_stack.md §2.1): 2 double + 4 single blocks, 4 heads x 32; text widths match the tiny encoders.
+# "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).
 CONFIGS = {
     "small": dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
                   num_attention_heads=4, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
@@ -47,26 +52,17 @@ CONFIGS = {
     "medium": dict(patch_size=1, in_channels=16, num_layers=4, num_single_layers=8, attention_head_dim=32,
                    num_attention_heads=8, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
                    guidance_embeds=True),
+    "tiny": TINY_TRANSFORMER,
+    "wide": WIDE_TRANSFORMER,
 }
 
 
 def model_folder(config: str) -> Path:
-    """The tiny twin's text encoders and VAE with a wider, deeper FLUX transformer, saved once like a hub folder."""
-    from diffusers import FluxTransformer2DModel
+    """The tiny twin's text encoders and an untrained VAE with the chosen FLUX transformer, saved once like a hub
+    folder (models/tiny_flux.py)."""
+    from models.tiny_flux import materialize_tiny_flux_variant
 
-    from models.tiny_flux import build_tiny_flux_pipeline, default_cache_dir
-
-    key = hashlib.sha1(json.dumps(CONFIGS[config], sort_keys=True).encode()).hexdigest()[:10]
-    target = default_cache_dir() / f"bench_flux_{config}-{key}"
-    if not (target / "model_index.json").exists():
-        torch.manual_seed(0)
-        pipe = build_tiny_flux_pipeline(seed=0, pretrain_steps=0)
-        pipe.register_modules(transformer=FluxTransformer2DModel(**CONFIGS[config]))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".bench-"))
-        pipe.save_pretrained(tmp)
-        tmp.rename(target)
-    return target
+    return materialize_tiny_flux_variant(CONFIGS[config])
 
 
 def compose(overrides: list[str]):
@@ -104,24 +100,33 @@ class CPUClock:
         return wrapper
 
 
-def probe_costs(backbone, reps: int) -> dict[str, float]:
-    """Median CPU seconds of one transformer call: graph-free forward (1 row), forward with graph and its backward
-    (1 row, and 2 rows as JAGG's endpoint batch)."""
+def probe_costs(backbone, reps: int, clock: str) -> dict[str, float]:
+    """Median seconds of one transformer call: graph-free forward (1 row), forward with graph and its backward
+    (1 row, and 2 rows as JAGG's endpoint batch). ``clock``: ``cpu`` (process CPU time) or ``wall`` (with the
+    device synchronised before and after each call, so a GPU's queued work is counted in the call that queued it)."""
     embeds = backbone.encode_prompts(["a red square"])
     params = list(backbone.trainable_parameters())
+    device = backbone.device
     out: dict[str, list[float]] = {}
 
+    def now() -> float:
+        if clock == "cpu":
+            return time.process_time()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
     def timed(key, fn):
-        t0 = time.process_time()
+        t0 = now()
         result = fn()
-        out.setdefault(key, []).append(time.process_time() - t0)
+        out.setdefault(key, []).append(now() - t0)
         return result
 
     for _ in range(reps):
         for rows in (1, 2):
-            x = torch.randn(rows, *backbone.latent_shape)
+            x = torch.randn(rows, *backbone.latent_shape, device=device)
             e = embeds.select([0] * rows)
-            t = torch.full((rows,), 0.7)
+            t = torch.full((rows,), 0.7, device=device)
             if rows == 1:
                 with torch.no_grad():
                     timed("fwd_nograd_1", lambda: backbone.velocity(x, t, e))
@@ -141,16 +146,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     ap.add_argument("--probe-reps", type=int, default=5)
-    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
-                    help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall")
+    ap.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
+                    help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall; "
+                         "auto: cpu on the CPU, wall on a GPU")
+    ap.add_argument("--device", default="auto", help="model.device: auto (cuda if available), cpu or cuda")
     args = ap.parse_args()
 
     from launcher.trainer import RunInfo, Trainer
 
     folder = model_folder(args.config)
-    common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.height={args.size}",
-              f"model.width={args.size}", "trainer.sample_every=0", "trainer.progress=false",
-              f"trainer.threads={args.threads}", f"method.group_size={args.samples}", "method.prompts_per_step=1",
+    common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.device={args.device}",
+              f"model.height={args.size}", f"model.width={args.size}", "trainer.sample_every=0",
+              "trainer.progress=false", f"trainer.threads={args.threads}", f"method.group_size={args.samples}",
+              "method.prompts_per_step=1",
               "method.sampling_steps=21", "method.eta=0.3", "method.shift=3.0", "method.micro_batch=1",
               "method.updates_per_rollout=2"]
     setups = {
@@ -159,10 +167,14 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         trainers = {name: Trainer(compose(ov), RunInfo(run_dir=Path(tmp) / name)) for name, ov in setups.items()}
+        device = trainers["jagg"].backbone.device
+        if args.clock == "auto":
+            args.clock = "wall" if device.type == "cuda" else "cpu"
         n_params = sum(p.numel() for p in trainers["jagg"].params)
         print(f"model: FLUX {args.config} ({n_params / 1e6:.2f} M params), {args.size}x{args.size} "
               f"({trainers['jagg'].backbone.latent_shape[0]} image tokens), {args.samples} samples/step, "
-              f"21 sampling steps, {args.threads} thread(s); {args.warmup} warm-up + {args.rounds} measured rounds")
+              f"21 sampling steps, {args.threads} thread(s), {device}; {args.warmup} warm-up + {args.rounds} measured "
+              f"rounds, {args.clock} clock")
         clocks = {name: CPUClock(t) for name, t in trainers.items()}
         rows: dict[str, list[dict]] = {name: [] for name in trainers}
         costs: list[dict[str, float]] = []
@@ -175,7 +187,7 @@ def main() -> None:
                 if r >= args.warmup:
                     rows[name].append(m)
             if r >= args.warmup:
-                costs.append(probe_costs(trainers["jagg"].backbone, args.probe_reps))
+                costs.append(probe_costs(trainers["jagg"].backbone, args.probe_reps, args.clock))
             print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
                 f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
                 for n in order), flush=True)
@@ -208,7 +220,8 @@ def main() -> None:
         "clock": args.clock,
         "baseline": base, "jagg": jagg, "pass_costs_s": c,
         "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples, "rounds": args.rounds,
-                   "threads": args.threads, "sampling_steps": 21, "window": 4, "jagg_frac": 0.6},
+                   "threads": args.threads, "device": str(device), "sampling_steps": 21, "window": 4,
+                   "jagg_frac": 0.6},
     }
     print()
     print(f"{'medians':22}{'baseline':>12}{'jagg':>12}{'ratio':>10}{'paired':>10}")
