@@ -146,9 +146,12 @@ def test_hydra_builds_the_components_with_their_weights(tiny_rewards):
 
 # --------------------------------------------------------------------------------------------- end to end
 @pytest.mark.slow
-def test_grpo_trains_on_tiny_flux_with_multi_reward(tiny_rewards, tmp_path):
-    cfg = compose(["experiment=smoke", "logger=none", "method=flow_grpo", "reward=multi",
-                   *tiny_reward_overrides(tiny_rewards, "multi"), "reward.weights.clip=0.5"])
+@pytest.mark.parametrize("method", ["flow_grpo", "eam"])
+def test_method_trains_on_tiny_flux_with_multi_reward(method, tiny_rewards, tmp_path):
+    """GRPO scores the multi-reward without gradients; EAM differentiates the weighted sum through the VAE decode."""
+    extra = ["method.endpoint_nfe=3", "method.loss_timesteps=2"] if method == "eam" else []
+    cfg = compose(["experiment=smoke", "logger=none", f"method={method}", "reward=multi",
+                   *tiny_reward_overrides(tiny_rewards, "multi"), "reward.weights.clip=0.5", *extra])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     trainer.fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
