@@ -454,8 +454,13 @@ class DiffusersBackbone(Backbone):
 
     def _write_transformer(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
         from diffusers import __version__ as diffusers_version
+        import inspect
+        import logging
+
         from huggingface_hub import save_torch_state_dict
 
+        # its module logs "weights saved" at INFO under its file path; the trainer logs the export itself
+        logging.getLogger(inspect.getfile(save_torch_state_dict)).setLevel(logging.WARNING)
         folder.mkdir(parents=True, exist_ok=True)
         config = {k: v for k, v in dict(self.transformer.config).items() if not k.startswith("_")}
         config = {"_class_name": self._transformer_cls.__name__, "_diffusers_version": diffusers_version, **config}
