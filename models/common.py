@@ -9,7 +9,6 @@ encoding, the latent layout, the transformer call (timestep scale, packing) and 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import logging
 import os
@@ -21,7 +20,8 @@ import torch
 from torch import nn
 
 from launcher.errors import ConfigError
-from models.backbone import Backbone, PromptEmbeds
+from models.backbone import Backbone
+from models.frozen_reference import FrozenReference
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +180,7 @@ class PromptCache:
 
 
 # ------------------------------------------------------------------------------------------------ the base class
-class DiffusersBackbone(Backbone):
+class DiffusersBackbone(FrozenReference, Backbone):
     """Base of the diffusers family adapters (see module docstring).
 
     Subclasses set the class attributes, call :meth:`_init_common` first, load their components with
@@ -194,6 +194,8 @@ class DiffusersBackbone(Backbone):
     #: attribute names of the transformer's block lists (one FSDP unit each) and the family's parallelize function
     block_attrs: tuple[str, ...] = ()
     parallelize_key: str = ""
+    #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
+    guidance_scale: float = 1.0
 
     transformer: nn.Module
     pipe: object
@@ -261,7 +263,6 @@ class DiffusersBackbone(Backbone):
         if finetune not in FINETUNE_MODES:
             raise ConfigError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
         self.finetune = finetune
-        self._reference_model = None
         if finetune == "lora":
             from peft import LoraConfig
 
@@ -274,29 +275,16 @@ class DiffusersBackbone(Backbone):
                                   f"{type(self.transformer).__name__} ({e})") from None
         else:
             self.transformer.requires_grad_(True)
-            if keep_reference:
-                self._reference_model = copy.deepcopy(self.transformer).requires_grad_(False).eval()
-        self._active = self.transformer
+        self._keep_reference(keep_reference)
 
-    def transformer_modules(self) -> list:
-        return [self.transformer] + ([self._reference_model] if self._reference_model is not None else [])
+    @property
+    def latent_shape(self) -> tuple[int, ...]:
+        return self._latent_shape          # set by each family's constructor
 
-    @contextlib.contextmanager
-    def reference(self) -> Iterator[None]:
-        if self.finetune == "lora":
-            self.transformer.disable_adapters()
-            try:
-                yield
-            finally:
-                self.transformer.enable_adapters()
-        else:
-            if self._reference_model is None:
-                raise RuntimeError("no reference policy was kept: build the backbone with keep_reference=True")
-            self._active = self._reference_model
-            try:
-                yield
-            finally:
-                self._active = self.transformer
+    @property
+    def do_cfg(self) -> bool:
+        """True CFG (one forward over ``[uncond, cond]``) when the family's ``guidance_scale`` exceeds 1."""
+        return self.guidance_scale > 1.0
 
     def _check_ready(self) -> None:
         if not self._materialized:

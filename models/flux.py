@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 
 from models.backbone import PromptEmbeds
-from models.common import FINETUNE_MODES, DiffusersBackbone, resolve_device, resolve_dtype  # noqa: F401 (re-exported)
+from models.common import DiffusersBackbone
 
 log = logging.getLogger(__name__)
 
@@ -108,10 +108,6 @@ class FluxBackbone(DiffusersBackbone):
         return PromptEmbeds(tensors, {"txt_ids": txt_ids})
 
     # -- latents ------------------------------------------------------------------------------------------------
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        return self._latent_shape
-
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
         b = latents.shape[0]

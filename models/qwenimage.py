@@ -85,10 +85,6 @@ class QwenImageBackbone(DiffusersBackbone):
         self._lat_mean = torch.tensor(self.vae.config.latents_mean, dtype=torch.float32).view(1, z, 1, 1, 1)
         self._lat_std = torch.tensor(self.vae.config.latents_std, dtype=torch.float32).view(1, z, 1, 1, 1)
 
-    @property
-    def do_cfg(self) -> bool:
-        return self.guidance_scale > 1.0
-
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
         embeds, mask = self.pipe.encode_prompt(prompts, device=self.device,
@@ -115,10 +111,6 @@ class QwenImageBackbone(DiffusersBackbone):
         return PromptEmbeds({"prompt_embeds": embeds, "prompt_mask": mask}, shared)
 
     # -- latents ------------------------------------------------------------------------------------------------
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        return self._latent_shape
-
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
         b = latents.shape[0]

@@ -73,10 +73,6 @@ class SD3Backbone(DiffusersBackbone):
                             [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae)
         self._latent_shape = (self.transformer.config.in_channels, height // sf, width // sf)
 
-    @property
-    def do_cfg(self) -> bool:
-        return self.guidance_scale > 1.0
-
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
         embeds, _, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, prompt_3=None,
@@ -94,10 +90,6 @@ class SD3Backbone(DiffusersBackbone):
         return PromptEmbeds(tensors, shared)
 
     # -- latents ------------------------------------------------------------------------------------------------
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        return self._latent_shape
-
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
         b = latents.shape[0]

@@ -11,7 +11,7 @@ import torch
 from models.flux import FluxBackbone
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
-from models.twins import default_cache_dir, materialize, recipe_key  # noqa: F401 (default_cache_dir re-exported)
+from models.twins import materialize, recipe_key
 
 # Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
 # single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).

@@ -14,15 +14,14 @@ reward on images is a function of the latent. Computations run in ``dtype`` (flo
 """
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
 
 from models.backbone import Backbone, PromptEmbeds
+from models.frozen_reference import FrozenReference
 
 FINETUNE_MODES = ("full", "lora")
 
@@ -92,7 +91,7 @@ class ToyVelocityNet(nn.Module):
         return pretrained + self.net(torch.cat([x, self.time_features(sigma)], dim=1))
 
 
-class ToyGaussianBackbone(Backbone):
+class ToyGaussianBackbone(FrozenReference, Backbone):
     """Backbone over :class:`ToyVelocityNet` (see the module docstring).
 
     Args:
@@ -127,7 +126,6 @@ class ToyGaussianBackbone(Backbone):
         self.transformer = ToyVelocityNet(dim, self.mu0, self.var0, hidden, depth, num_frequencies, seed)
         self.transformer.to(device=self.device, dtype=self.dtype)
         self.finetune = finetune
-        self._reference_model = None
         if finetune == "lora":
             from peft import LoraConfig, inject_adapter_in_model
 
@@ -139,9 +137,7 @@ class ToyGaussianBackbone(Backbone):
             self.transformer.to(device=self.device, dtype=self.dtype)
         else:
             self.transformer.requires_grad_(True)
-            if keep_reference:
-                self._reference_model = copy.deepcopy(self.transformer).requires_grad_(False).eval()
-        self._active = self.transformer
+        self._keep_reference(keep_reference)
 
     # -- the analytic pretrained law (for tests and benchmarks) ------------------------------------------------
     def pretrained_law(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,27 +180,3 @@ class ToyGaussianBackbone(Backbone):
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return latents.reshape(latents.shape[0], 3, 1, self.dim // 3)
 
-    def transformer_modules(self) -> list[nn.Module]:
-        return [self.transformer] + ([self._reference_model] if self._reference_model is not None else [])
-
-    @contextlib.contextmanager
-    def reference(self) -> Iterator[None]:
-        if self.finetune == "lora":
-            from peft.tuners.tuners_utils import BaseTunerLayer
-
-            layers = [m for m in self.transformer.modules() if isinstance(m, BaseTunerLayer)]
-            for m in layers:
-                m.enable_adapters(False)
-            try:
-                yield
-            finally:
-                for m in layers:
-                    m.enable_adapters(True)
-        else:
-            if self._reference_model is None:
-                raise RuntimeError("no reference policy was kept: build the backbone with keep_reference=True")
-            self._active = self._reference_model
-            try:
-                yield
-            finally:
-                self._active = self.transformer

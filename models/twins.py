@@ -22,23 +22,32 @@ def recipe_key(*parts) -> str:
 
 
 def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
-    """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once, atomically (temp dir + rename,
-    so concurrent ranks or test workers never read a half-written folder), and return the folder."""
+    """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once with ``save_pretrained`` and
+    return the folder (see :func:`materialize_folder`)."""
+    return materialize_folder(prefix, key, lambda folder: build().save_pretrained(folder), cache_dir)
+
+
+def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cache_dir: str | Path | None = None,
+                       marker: str = "model_index.json") -> Path:
+    """Run ``write(folder)`` once into ``<cache>/<prefix>-<key>``, whose ``marker`` file says it is complete, and
+    return the folder. Atomic: written into a temporary folder and renamed, under a file lock, so concurrent ranks,
+    sweep jobs or test workers build it one at a time and never read a half-written folder."""
     target = Path(cache_dir or default_cache_dir()) / f"{prefix}-{key}"
-    if (target / "model_index.json").exists():
+    if (target / marker).exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    # a file lock makes concurrent processes (ranks, sweep jobs, test workers) build the twin one at a time
     with FileLock(str(target) + ".lock"):
-        if (target / "model_index.json").exists():
+        if (target / marker).exists():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=target.parent))
         try:
-            build().save_pretrained(tmp)
+            write(tmp)
             empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
             if empty:   # transformers writes no weights on a torch.distributed rank other than 0
                 raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
                                    f"(the trainer does) or before initialising torch.distributed")
+            if not (tmp / marker).exists():
+                raise RuntimeError(f"{prefix}: the writer did not produce {marker}")
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -91,10 +91,6 @@ class WanBackbone(DiffusersBackbone):
         self._lat_mean = torch.tensor(self.vae.config.latents_mean, dtype=torch.float32).view(1, z, 1, 1, 1)
         self._lat_std = torch.tensor(self.vae.config.latents_std, dtype=torch.float32).view(1, z, 1, 1, 1)
 
-    @property
-    def do_cfg(self) -> bool:
-        return self.guidance_scale > 1.0
-
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
         from diffusers.pipelines.wan.pipeline_wan import prompt_clean
@@ -119,10 +115,6 @@ class WanBackbone(DiffusersBackbone):
         return PromptEmbeds({"prompt_embeds": embeds}, shared)
 
     # -- latents ------------------------------------------------------------------------------------------------
-    @property
-    def latent_shape(self) -> tuple[int, ...]:
-        return self._latent_shape
-
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return wan_model_timestep(sigma, self.integer_timesteps)
 

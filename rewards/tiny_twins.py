@@ -17,10 +17,7 @@ overrides that select them.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
@@ -83,29 +80,18 @@ def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, lega
 
 
 def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
-    """Write the three twins once under ``cache_dir`` (atomically, like the tiny Flux twin) and return the folder."""
-    from models.tiny_flux import default_cache_dir
+    """Write the three twins once under ``cache_dir`` (atomically, like the model twins) and return the folder."""
+    from models.twins import materialize_folder, recipe_key
 
-    key = hashlib.sha1(json.dumps([VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT]).encode()).hexdigest()[:10]
-    target = Path(cache_dir or default_cache_dir()) / f"tiny_rewards-{key}"
-    if (target / "done").exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tiny_rewards-", dir=target.parent))
-    try:
-        build_tiny_hps(tmp / "hps", seed)
-        build_tiny_hf_clip(tmp / "pickscore" / "model", tmp / "pickscore" / "processor", seed + 1,
+    def write(folder: Path) -> None:
+        build_tiny_hps(folder / "hps", seed)
+        build_tiny_hf_clip(folder / "pickscore" / "model", folder / "pickscore" / "processor", seed + 1,
                            legacy_processor=True)
-        build_tiny_hf_clip(tmp / "clip", tmp / "clip", seed + 2)
-        (tmp / "done").write_text("")
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not (target / "done").exists():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+        build_tiny_hf_clip(folder / "clip", folder / "clip", seed + 2)
+        (folder / "done").write_text("")
+
+    key = recipe_key(VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT)
+    return materialize_folder("tiny_rewards", key, write, cache_dir, marker="done")
 
 
 def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[str]:

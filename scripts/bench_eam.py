@@ -189,7 +189,7 @@ def pretrained_twin(steps: int, batch: int = 32, lr: float = 1e-3, seed: int = 0
     from diffusers import FluxPipeline
     from hydra.utils import instantiate
 
-    from models.tiny_flux import default_cache_dir
+    from models.twins import default_cache_dir
     from models.tiny_pretrain import synthetic_colour_images
 
     cfg = compose(["model=tiny_flux"])

@@ -20,20 +20,14 @@ GROUPS = ["method", "model", "reward", "data", "cluster", "logger", "experiment"
 
 
 def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str]:
-    extra = []
-    if group == "reward":   # preference rewards validate their weights: point them at the tiny twins
-        extra = tiny_reward_overrides(tiny_rewards, option)
-    if group == "experiment":   # presets name real rewards and prompt files: point those at local stand-ins
-        cfg = compose([f"experiment={option}"])
-        extra = tiny_reward_overrides(tiny_rewards, cfg.reward.name)
-        if cfg.data.name == "file":
-            option_file = tmp_path / "prompts.txt"
-            option_file.write_text("a red square\na blue sky\n")
-            extra.append(f"data.path={option_file}")
-    if group == "data" and option == "file":
-        f = tmp_path / "prompts.txt"
-        f.write_text("a red square\na blue sky\n")
-        extra = [f"data.path={f}"]
+    """Overrides that make ``group=option`` validate offline: preference rewards point at the tiny twins, prompt
+    files at a local file (an experiment preset may name both)."""
+    cfg = compose([f"{group}={option}"])
+    extra = tiny_reward_overrides(tiny_rewards, cfg.reward.name)
+    if cfg.data.name == "file":
+        prompts = tmp_path / "prompts.txt"
+        prompts.write_text("a red square\na blue sky\n")
+        extra.append(f"data.path={prompts}")
     return [f"{group}={option}", *extra]
 
 

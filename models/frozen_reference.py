@@ -1,0 +1,49 @@
+"""The frozen reference policy of a fine-tuned backbone (KL terms, the adjoint methods' base velocity): in LoRA mode
+the same transformer with its adapters switched off, not a second copy; in full mode a frozen copy, kept only when
+the method needs one."""
+from __future__ import annotations
+
+import contextlib
+import copy
+from typing import Iterator
+
+from torch import nn
+
+
+class FrozenReference:
+    """Mixin for backbones that hold ``transformer`` and ``finetune`` (``lora`` | ``full``) and whose ``velocity``
+    evaluates ``self._active``. Call :meth:`_keep_reference` once the trainable transformer is configured."""
+
+    transformer: nn.Module
+    finetune: str
+
+    def _keep_reference(self, keep: bool) -> None:
+        self._reference_model = (copy.deepcopy(self.transformer).requires_grad_(False).eval()
+                                 if keep and self.finetune == "full" else None)
+        self._active = self.transformer
+
+    def transformer_modules(self) -> list[nn.Module]:
+        return [self.transformer] + ([self._reference_model] if self._reference_model is not None else [])
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[None]:
+        """Context in which ``velocity`` evaluates the frozen reference."""
+        if self.finetune == "lora":
+            from peft.tuners.tuners_utils import BaseTunerLayer
+
+            layers = [m for m in self.transformer.modules() if isinstance(m, BaseTunerLayer)]
+            for m in layers:
+                m.enable_adapters(False)
+            try:
+                yield
+            finally:
+                for m in layers:
+                    m.enable_adapters(True)
+            return
+        if self._reference_model is None:
+            raise RuntimeError("no reference policy was kept: build the backbone with keep_reference=True")
+        self._active = self._reference_model
+        try:
+            yield
+        finally:
+            self._active = self.transformer
