@@ -51,3 +51,14 @@ def compose(overrides: list[str] | None = None):
 
 def rewardflow_cmd() -> list[str]:
     return [sys.executable, "-m", "launcher"]
+
+
+@pytest.fixture
+def float64():
+    """Default dtype float64 for the math tests (restored afterwards: other modules share the process)."""
+    import torch
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)

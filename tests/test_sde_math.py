@@ -11,13 +11,7 @@ from methods.sde import FlowSDEScheduler, gaussian_log_prob
 
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    """The spec's invariants are checked in float64 (restored afterwards: other modules share the process)."""
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64")   # the spec's invariants, in float64 (conftest)
 
 
 def dance_flux_step(x, v, sigma, sigma_next, eta, noise):

@@ -18,12 +18,7 @@ from models.toy_gaussian import ToyGaussianBackbone, gaussian_score, gaussian_ve
 from rewards.gaussian_tilt import GaussianTiltReward
 
 
-@pytest.fixture(autouse=True)
-def float64():
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(old)
+pytestmark = pytest.mark.usefixtures("float64")   # the spec's invariants, in float64 (conftest)
 
 
 def toy(mu0, var0, dim=3, **kw) -> ToyGaussianBackbone:
