@@ -30,7 +30,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from launcher.distributed import World, barrier
+from rewardflow.distributed import World, barrier
 
 log = logging.getLogger(__name__)
 

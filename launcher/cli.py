@@ -80,7 +80,7 @@ def run(cfg: DictConfig, info=None) -> float:
 def config_error_in(error: BaseException | None):
     """The :class:`ConfigError` in ``error``'s cause chain (Hydra's ``instantiate`` wraps what a component's
     constructor raises, e.g. a model that cannot be loaded offline), or None."""
-    from launcher.errors import ConfigError
+    from rewardflow.errors import ConfigError
 
     while error is not None:
         if isinstance(error, ConfigError):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 
 SUPPORTED = (".txt", ".jsonl")
 

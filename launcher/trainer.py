@@ -17,14 +17,14 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint import CheckpointManager
-from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
                                   init_distributed, main_rank_first, submitit_job_env)
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
-from models.nfe_counter import NFECounter
+from rewardflow.nfe_counter import NFECounter
 
 log = logging.getLogger(__name__)
 

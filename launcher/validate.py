@@ -9,7 +9,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.data import load_prompts
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 
 
 def _component(cfg: DictConfig, group: str):

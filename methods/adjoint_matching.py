@@ -24,8 +24,9 @@ from omegaconf import DictConfig
 from methods.base import Rollout
 from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
-from methods.soc_base import SOCMethod, require
+from methods.soc_base import SOCMethod
 from models.backbone import Backbone
+from rewardflow.errors import require
 
 
 class AdjointMatching(SOCMethod):
@@ -39,11 +40,11 @@ class AdjointMatching(SOCMethod):
     def check_config(cls, cfg: DictConfig) -> None:
         super().check_config(cfg)
         m = cfg.method
-        require(m.sigma_offset > 0, "sigma_offset", f"must be > 0 for the rollout (got {m.sigma_offset}): the "
+        require(m.sigma_offset > 0, "method.sigma_offset", f"must be > 0 for the rollout (got {m.sigma_offset}): the "
                 f"memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
-        require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "loss_last_steps",
+        require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "method.loss_last_steps",
                 f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})")
-        require(m.loss_last_steps + m.loss_random_steps >= 1, "loss_last_steps",
+        require(m.loss_last_steps + m.loss_random_steps >= 1, "method.loss_last_steps",
                 "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------

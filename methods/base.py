@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
-from launcher.distributed import current_world
+from rewardflow.distributed import current_world
 from models.backbone import Backbone, PromptEmbeds
 
 
@@ -71,7 +71,7 @@ class Method(abc.ABC):
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
-        """Raise :class:`launcher.errors.ConfigError` for values this method cannot run (called before building)."""
+        """Raise :class:`rewardflow.errors.ConfigError` for values this method cannot run (called before building)."""
 
     @classmethod
     def needs_reference(cls, method_cfg: DictConfig) -> bool:

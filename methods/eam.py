@@ -37,9 +37,10 @@ from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import expand_time
 from methods.ode_sampler import am_time_grid, euler_ode
 from methods.schedule import SCHEDULES
-from methods.soc_base import SOCMethod, require
+from methods.soc_base import SOCMethod
 from methods.terminal_score import TERMINAL_SCORE_ESTIMATORS, terminal_score
 from models.backbone import Backbone
+from rewardflow.errors import require
 
 TERMINAL_SCORES = (*TERMINAL_SCORE_ESTIMATORS, "anchor")
 TIME_SAMPLINGS = ("uniform", "stratified", "am_grid")
@@ -57,23 +58,23 @@ class EAM(SOCMethod):
     def check_config(cls, cfg: DictConfig) -> None:
         super().check_config(cfg)
         m = cfg.method
-        require(m.c > 0, "c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 suits "
+        require(m.c > 0, "method.c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 suits "
                 f"unit-variance latents (c -> infinity diverges, spec §F.6)")
-        require(m.endpoint_nfe >= 1, "endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the spec uses 10")
-        require(m.endpoint_schedule in SCHEDULES, "endpoint_schedule",
+        require(m.endpoint_nfe >= 1, "method.endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the spec uses 10")
+        require(m.endpoint_schedule in SCHEDULES, "method.endpoint_schedule",
                 f"must be one of {SCHEDULES} (got {m.endpoint_schedule!r})")
-        require(m.endpoint_shift > 0, "endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
-        require(m.terminal_score in TERMINAL_SCORES, "terminal_score",
+        require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
+        require(m.terminal_score in TERMINAL_SCORES, "method.terminal_score",
                 f"must be one of {TERMINAL_SCORES} (got {m.terminal_score!r}); tweedie_shrink is the unbiased one")
-        require(0 < m.delta < 0.5, "delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
-        require(m.loss_timesteps >= 1, "loss_timesteps", f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 "
+        require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
+        require(m.loss_timesteps >= 1, "method.loss_timesteps", f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 "
                 f"(AM parity)")
-        require(m.time_sampling in TIME_SAMPLINGS, "time_sampling",
+        require(m.time_sampling in TIME_SAMPLINGS, "method.time_sampling",
                 f"must be one of {TIME_SAMPLINGS} (got {m.time_sampling!r})")
-        require(0 < m.t_min < 0.5, "t_min", f"must be in (0, 0.5) (got {m.t_min}); the spec uses 1/40")
-        require(m.loss_weight in LOSS_WEIGHTS, "loss_weight", f"must be one of {LOSS_WEIGHTS} (got {m.loss_weight!r})")
+        require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the spec uses 1/40")
+        require(m.loss_weight in LOSS_WEIGHTS, "method.loss_weight", f"must be one of {LOSS_WEIGHTS} (got {m.loss_weight!r})")
         if m.time_sampling == "am_grid":
-            require(m.loss_timesteps <= m.sampling_steps, "loss_timesteps",
+            require(m.loss_timesteps <= m.sampling_steps, "method.loss_timesteps",
                     f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})")
 
     # -- loss times (spec §C.10) --------------------------------------------------------------------------------

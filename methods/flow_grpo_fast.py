@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from methods.flow_grpo import FlowGRPO
 
 

@@ -9,19 +9,14 @@ import math
 import torch
 from omegaconf import DictConfig
 
-from launcher.distributed import all_gather_cat, all_gather_objects
-from launcher.errors import ConfigError
+from rewardflow.distributed import all_gather_cat, all_gather_objects
+from rewardflow.errors import require
 from methods.advantages import ADVANTAGE_MODES, compute_advantages
 from methods.base import Method, Rollout
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
 from methods.sde import NOISE_KERNELS, FlowSDEScheduler
 from models.backbone import Backbone
-
-
-def _require(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"method.{key}: {msg}")
 
 
 class GRPO(Method):
@@ -36,22 +31,22 @@ class GRPO(Method):
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
         m = cfg.method
-        _require(m.group_size >= 2, "group_size", f"must be >= 2 for group-relative advantages (got {m.group_size})")
-        _require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        _require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        _require(m.clip_range > 0, "clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
-        _require(m.adv_clip_max > 0, "adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
-        _require(m.eta > 0, "eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
-        _require(m.shift > 0, "shift", f"must be > 0 (got {m.shift})")
-        _require(m.kl_beta >= 0, "kl_beta", f"must be >= 0 (got {m.kl_beta})")
-        _require(0 < m.timestep_fraction <= 1, "timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
-        _require(m.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
-        _require(m.noise_kernel in NOISE_KERNELS, "noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
-        _require(m.advantage in ADVANTAGE_MODES, "advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
-        _require(m.decode in ("final", "pred_x0"), "decode", f"must be final or pred_x0 (got {m.decode!r})")
-        _require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        require(m.group_size >= 2, "method.group_size", f"must be >= 2 for group-relative advantages (got {m.group_size})")
+        require(m.prompts_per_step >= 1, "method.prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
+        require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        require(m.clip_range > 0, "method.clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
+        require(m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
+        require(m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
+        require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
+        require(0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
+        require(m.schedule in SCHEDULES, "method.schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
+        require(m.noise_kernel in NOISE_KERNELS, "method.noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
+        require(m.advantage in ADVANTAGE_MODES, "method.advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
+        require(m.decode in ("final", "pred_x0"), "method.decode", f"must be final or pred_x0 (got {m.decode!r})")
+        require(m.micro_batch >= 1, "method.micro_batch", f"must be >= 1 (got {m.micro_batch})")
         n = m.group_size * m.prompts_per_step
-        _require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
+        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
                  f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
 
     @classmethod

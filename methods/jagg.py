@@ -18,13 +18,13 @@ import logging
 import torch
 from omegaconf import DictConfig
 
-from launcher.distributed import all_gather_objects
-from launcher.errors import ConfigError
+from rewardflow.distributed import all_gather_objects
+from rewardflow.errors import ConfigError, require
 from methods.base import Rollout
 from methods.dance_grpo import DanceGRPO
 from methods.flow_grpo import FlowGRPO
 from methods.flow_grpo_fast import FlowGRPOFast
-from methods.grpo import GRPO, _require, accumulate_stats
+from methods.grpo import GRPO, accumulate_stats
 from methods.jagg_diagnostics import GradientProbe, compare
 from methods.jagg_groups import REMAINDER_POLICIES, GroupLayout
 from methods.jagg_weights import ABLATIONS, ALPHA_MODES, aggregate, endpoint_weights, index_weights, time_weights
@@ -71,19 +71,19 @@ class JAGG(GRPO):
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
         m = cfg.method
-        _require(m.base in VARIANTS, "base", f"must be one of {', '.join(VARIANTS)} (got {m.base!r})")
+        require(m.base in VARIANTS, "method.base", f"must be one of {', '.join(VARIANTS)} (got {m.base!r})")
         variant = VARIANTS[m.base]
         super(JAGG, variant).check_config(cfg)          # the baseline's own checks
-        _require(m.window >= 2, "window", f"must be >= 2 (got {m.window}): a group needs two endpoints; JAGG saves "
+        require(m.window >= 2, "method.window", f"must be >= 2 (got {m.window}): a group needs two endpoints; JAGG saves "
                  f"W - 2 backward passes per group (the paper uses 4)")
-        _require(0 <= m.jagg_frac <= 1, "jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the fraction of groups, "
+        require(0 <= m.jagg_frac <= 1, "method.jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the fraction of groups, "
                  f"from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)")
-        _require(0 < m.group_fraction <= 1, "group_fraction", f"must be in (0, 1] (got {m.group_fraction})")
-        _require(m.alpha in ALPHA_MODES, "alpha", f"must be one of {ALPHA_MODES} (got {m.alpha!r})")
-        _require(m.ablation in ABLATIONS, "ablation", f"must be one of {ABLATIONS} (got {m.ablation!r})")
-        _require(m.remainder in REMAINDER_POLICIES, "remainder",
+        require(0 < m.group_fraction <= 1, "method.group_fraction", f"must be in (0, 1] (got {m.group_fraction})")
+        require(m.alpha in ALPHA_MODES, "method.alpha", f"must be one of {ALPHA_MODES} (got {m.alpha!r})")
+        require(m.ablation in ABLATIONS, "method.ablation", f"must be one of {ABLATIONS} (got {m.ablation!r})")
+        require(m.remainder in REMAINDER_POLICIES, "method.remainder",
                  f"must be one of {REMAINDER_POLICIES} (got {m.remainder!r})")
-        _require(m.diagnose_every >= 0, "diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
+        require(m.diagnose_every >= 0, "method.diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
         steps, w = variant.num_trainable(m), int(m.window)
         rule = variant.trained_rule(m)
         if steps < w:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from launcher.distributed import all_reduce_sum
+from rewardflow.distributed import all_reduce_sum
 from methods.sde import FlowSDEScheduler
 
 WEIGHT_NORMS = ("update", "pool", "none")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from launcher.distributed import all_gather_objects
+from rewardflow.distributed import all_gather_objects
 
 SDE_INDEX_SAMPLINGS = ("iid", "stratified")
 

@@ -19,18 +19,13 @@ import math
 import torch
 from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
+from rewardflow.errors import require
 from methods.base import Method, Rollout
 from methods.memoryless import MemorylessSchedule
 from methods.time_convention import time_convention
 from models.backbone import Backbone, PromptEmbeds
 
 LOSS_REDUCTIONS = ("sum", "mean")
-
-
-def require(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"method.{key}: {msg}")
 
 
 class SOCMethod(Method):
@@ -49,18 +44,18 @@ class SOCMethod(Method):
     @classmethod
     def check_config(cls, cfg: DictConfig) -> None:
         m = cfg.method
-        require(m.reward_scale > 0, "reward_scale", f"must be > 0 (got {m.reward_scale}); it is the multiplier lambda "
+        require(m.reward_scale > 0, "method.reward_scale", f"must be > 0 (got {m.reward_scale}); it is the multiplier lambda "
                 f"of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for PickScore)")
-        require(m.group_size >= 1, "group_size", f"must be >= 1 (got {m.group_size})")
-        require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
-        require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        require(m.sigma_offset >= 0, "sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
-        require(m.loss_clip >= 0, "loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
-        require(m.loss_reduction in LOSS_REDUCTIONS, "loss_reduction",
+        require(m.group_size >= 1, "method.group_size", f"must be >= 1 (got {m.group_size})")
+        require(m.prompts_per_step >= 1, "method.prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
+        require(m.micro_batch >= 1, "method.micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        require(m.sigma_offset >= 0, "method.sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
+        require(m.loss_clip >= 0, "method.loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
+        require(m.loss_reduction in LOSS_REDUCTIONS, "method.loss_reduction",
                 f"must be one of {LOSS_REDUCTIONS} (got {m.loss_reduction!r})")
         n = m.group_size * m.prompts_per_step
-        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
+        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
                 f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
 
     @classmethod

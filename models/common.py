@@ -19,7 +19,8 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
+from rewardflow.distributed import current_world
+from rewardflow.errors import ConfigError
 from models.backbone import Backbone
 from models.frozen_reference import FrozenReference
 
@@ -42,14 +43,6 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
             "float16": torch.float16, "fp16": torch.float16}[dtype]
-
-
-def dist_rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -215,9 +208,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self._prompt_cache = PromptCache(prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        rank, world = dist_rank_world()
-        self._meta_init_all = bool(meta_init) and world > 1     # same value on every rank (collectives follow it)
-        self._meta_init = self._meta_init_all and rank != 0     # this rank builds the transformer on meta
+        world = current_world()
+        self._meta_init_all = bool(meta_init) and world.world_size > 1   # same on every rank (collectives follow it)
+        self._meta_init = self._meta_init_all and world.rank != 0       # this rank builds the transformer on meta
         self._materialized = not self._meta_init
         self._materialized_all = not self._meta_init_all
 
@@ -372,7 +365,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
         fn = PARALLELIZE[self.parallelize_key]
         ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
-        rank, _ = dist_rank_world()
+        rank = current_world().rank
         for module in self.transformer_modules():
             full = None
             if self._meta_init_all and not self._materialized_all:
@@ -421,7 +414,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         (``<Transformer>.from_pretrained(dir, subfolder="transformer")``). Works sharded: every rank must call it,
         rank 0 writes. ``rewardflow_export.json`` records the base model and mode."""
         out = Path(save_directory)
-        rank, _ = dist_rank_world()
+        rank = current_world().rank
         if self.finetune == "lora":
             state, meta = self._lora_state_dict(), self._lora_metadata()
             if rank == 0:

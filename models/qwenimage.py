@@ -15,7 +15,7 @@ from typing import Sequence
 
 import torch
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
 from models.flux import pipeline_sigma_keys

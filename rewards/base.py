@@ -35,7 +35,7 @@ class Reward(nn.Module):
 
     @classmethod
     def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
-        """Raise ``ValueError`` / :class:`launcher.errors.ConfigError` if this reward's config ``cfg`` (found at
+        """Raise ``ValueError`` / :class:`rewardflow.errors.ConfigError` if this reward's config ``cfg`` (found at
         ``key``) cannot run with ``prompts``, e.g. its weights are missing offline. Called by config validation,
         before any model is built. The default checks the prompts only."""
         cls.check_prompts(prompts)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from rewards.clip_base import CLIPStyleReward
 from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
 from rewards.weights import HF_PROCESSOR, HF_WEIGHTS, require_files

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from rewards.clip_base import CLIPStyleReward
 from rewards.preprocess import normalize, resize_longest_and_pad
 from rewards.weights import fetch_file, require_files

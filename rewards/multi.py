@@ -18,7 +18,7 @@ from hydra.utils import get_class
 from omegaconf import DictConfig
 from torch import nn
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from rewards.base import Reward
 from rewards.normalization import NORMALIZATIONS, ScoreNormalizer
 

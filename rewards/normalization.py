@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from launcher.distributed import all_reduce_sum
+from rewardflow.distributed import all_reduce_sum
 
 NORMALIZATIONS = ("none", "batch", "running")
 

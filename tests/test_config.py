@@ -10,7 +10,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO

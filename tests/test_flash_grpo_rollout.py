@@ -7,11 +7,11 @@ import torch
 
 from conftest import compose
 from flash_toys import MeanReward, ToyBackbone, flash_method
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from methods.flash_grpo import FlashGRPO
 from methods.sde_index import draw_sde_indices, group_sde_indices
-from models.nfe_counter import NFECounter
+from rewardflow.nfe_counter import NFECounter
 
 N = 10
 BASE = [f"sampling_steps={N}", "group_size=4", "prompts_per_step=3", "micro_batch=4"]

@@ -7,7 +7,7 @@ from omegaconf import OmegaConf
 
 from launcher.schemas.grpo import GRPOConfig
 from methods.flow_grpo import FlowGRPO
-from models.nfe_counter import NFECounter
+from rewardflow.nfe_counter import NFECounter
 from models.tiny_flux import TinyFluxBackbone, build_tiny_flux_pipeline, materialize_tiny_flux
 
 

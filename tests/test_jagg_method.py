@@ -8,10 +8,10 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import compose
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from methods.jagg import JAGG
-from models.nfe_counter import NFECounter
+from rewardflow.nfe_counter import NFECounter
 
 M_ROWS = 3   # samples per micro-batch
 

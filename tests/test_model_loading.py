@@ -10,7 +10,7 @@ from conftest import compose
 from families import FAMILIES
 from conftest import ROOT, rewardflow_cmd
 from launcher.cli import config_error_in
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from models.common import ModelLoadError
 
 

@@ -9,7 +9,7 @@ import torch
 from hydra.utils import instantiate
 
 from conftest import compose
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO

@@ -14,7 +14,7 @@ import torch
 from hydra.utils import instantiate
 
 from conftest import compose
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewards.tiny_twins import OPEN_CLIP_ARCH, tiny_reward_overrides

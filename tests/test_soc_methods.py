@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.linear_base import LinearMemorylessBase
