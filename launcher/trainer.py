@@ -147,10 +147,10 @@ class Trainer:
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        cfg_dict = OmegaConf.to_container(self.cfg, resolve=True)
+        cfg_dict = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
         tags = list(dict.fromkeys([self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name,
                                    *self.info.tags, *lcfg.tags]))
-        kwargs = OmegaConf.to_container(lcfg, resolve=True)
+        kwargs = OmegaConf.to_container(lcfg, resolve=True, enum_to_str=True)
         cls = get_class(kwargs.pop("_target_"))
         kwargs.update(group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
                       run_name=lcfg.run_name or self.info.run_name)

@@ -457,7 +457,7 @@ def section_fsdp(chk: Check, res: dict, allowance: float) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    from launcher.config import OptimizerConfig
+    from launcher.trainer_config import OptimizerConfig
     from models.common import resolve_dtype
     from models.parallelize import mixed_precision_policy, parallelize_flux
     from models.real_transformers import FAMILIES, velocity

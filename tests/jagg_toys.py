@@ -9,9 +9,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from launcher.schemas.jagg import JAGGConfig
 from methods.base import Rollout
 from methods.jagg import JAGG
+from methods.jagg_config import JAGGConfig
 from methods.sde import FlowSDEScheduler
 from models.backbone import Backbone, PromptEmbeds
 

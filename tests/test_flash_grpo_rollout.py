@@ -221,8 +221,6 @@ def test_ablation_switches_change_only_what_they_should():
     (["method.sde_index_pool=[0,9]"], "method.sde_index_pool"),        # 9 = N - 1 with the demo's N = 10
     (["method.sde_index_pool=[]"], "method.sde_index_pool"),
     (["method.sde_index_pool=[1,1]"], "method.sde_index_pool"),
-    (["method.sde_index_sampling=sobol"], "method.sde_index_sampling"),
-    (["method.weight_norm=max"], "method.weight_norm"),
     (["method.init_same_noise=true"], "method.init_same_noise"),
     (["method.clip_range=0"], "method.clip_range"),
 ])

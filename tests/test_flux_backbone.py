@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from launcher.schemas.grpo import GRPOConfig
+from methods.flow_grpo_config import FlowGRPOConfig
 from methods.flow_grpo import FlowGRPO
 from rewardflow.nfe_counter import NFECounter
 from models.tiny_flux import TinyFluxBackbone, build_tiny_flux_pipeline, materialize_tiny_flux
@@ -63,9 +63,9 @@ def test_disabled_adapter_is_the_base_model_and_kl_is_zero_at_init(lora_flux):
         with lora_flux.reference():
             v_ref = lora_flux.velocity(x, s, emb)
     assert torch.equal(v, v_ref)                                      # gaussian LoRA init keeps B = 0
-    cfg = OmegaConf.structured(GRPOConfig(_target_="", name="flow_grpo", kl_beta=0.1, group_size=2,
-                                          prompts_per_step=1, sampling_steps=4, schedule="scheduler",
-                                          noise_kernel="flow", eta=0.7, timestep_fraction=0.99))
+    cfg = OmegaConf.structured(FlowGRPOConfig(kl_beta=0.1, group_size=2, prompts_per_step=1, sampling_steps=4,
+                                              schedule="scheduler", noise_kernel="flow", eta=0.7,
+                                              timestep_fraction=0.99))
     method = FlowGRPO(cfg, lora_flux)
     ro = method.rollout(["a red square"], torch.Generator().manual_seed(0))
     ro.advantages = torch.tensor([1.0, -1.0])

@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from omegaconf import OmegaConf
 
-from launcher.schemas.grpo import FlowGRPOFastConfig
 from methods.advantages import compute_advantages
 from methods.flow_grpo_fast import FlowGRPOFast
+from methods.flow_grpo_fast_config import FlowGRPOFastConfig
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import linear_shift_sigmas
 from methods.sde import FlowSDEScheduler

@@ -186,12 +186,9 @@ BAD = [
     (["method.window=1"], "method.window", "two endpoints"),
     (["method.jagg_frac=1.5"], "method.jagg_frac", "[0, 1]"),
     (["method.jagg_frac=-0.1"], "method.jagg_frac", "[0, 1]"),
-    (["method.base=dance"], "method.base", "dance_grpo"),
     (["method.remainder=error"], "method.window", "method.sampling_steps=9 (8 steps) or method.sampling_steps=13"),
     (["method.sampling_steps=4"], "method.window", "fewer than one group"),
     (["method.base=flow_grpo_fast", "method.window_size=2"], "method.window", "method.window_size=4"),
-    (["method.ablation=endpoints"], "method.ablation", "endpoints_only"),
-    (["method.alpha=t"], "method.alpha", "sigma"),
     (["method.group_fraction=0"], "method.group_fraction", "(0, 1]"),
 ]
 

@@ -117,7 +117,6 @@ JPEG = ["+reward@reward.components.jpeg=jpeg"]
     ([*JPEG, "+reward.weights.jpeg=0.5", NEEDS_GRAD], "differentiable"),
     (["+reward.weights.nothing=1.0"], "must name exactly the components"),
     (["~reward.weights.clip"], "must name exactly the components"),
-    (["reward.normalize=zscore"], "reward.normalize"),
     (["reward.norm_momentum=0"], "reward.norm_momentum"),
     (["+reward@reward.components.mean=color", "+reward.weights.mean=1.0"], "reward.components.mean"),
     (["reward.components.clip.path=/nonexistent/clip"], "reward.components.clip.path"),

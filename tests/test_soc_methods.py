@@ -29,15 +29,11 @@ def test_non_differentiable_reward_is_rejected_up_front():
 BAD = [
     ("eam", ["method.c=0"], "method.c"),
     ("eam", ["method.delta=0.7"], "method.delta"),
-    ("eam", ["method.terminal_score=exact"], "method.terminal_score"),
-    ("eam", ["method.time_sampling=cosine"], "method.time_sampling"),
     ("eam", ["method.time_sampling=am_grid", "method.loss_timesteps=50"], "method.loss_timesteps"),
     ("eam", ["method.endpoint_nfe=0"], "method.endpoint_nfe"),
-    ("eam", ["method.loss_weight=snr"], "method.loss_weight"),
     ("eam", ["method.reward_scale=0"], "method.reward_scale"),
     ("adjoint_matching", ["method.sigma_offset=0"], "method.sigma_offset"),
     ("adjoint_matching", ["method.loss_last_steps=0", "method.loss_random_steps=0"], "method.loss_last_steps"),
-    ("adjoint_matching", ["method.loss_reduction=max"], "method.loss_reduction"),
     ("adjoint_matching", ["method.updates_per_rollout=3"], "method.updates_per_rollout"),
 ]
 

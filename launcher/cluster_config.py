@@ -1,13 +1,15 @@
-"""Schemas of the cluster group: where the run's processes come from.
+"""Configs of the cluster group: where a run's processes come from.
 
 ``local`` runs in-process. ``local_multi`` and ``slurm`` go through hydra-submitit-launcher (their YAML sets
-``hydra.mode=MULTIRUN`` and the launcher): every task is one training rank, and the trainer builds the process group
-from submitit's job environment (never torchrun inside a task).
+``hydra.mode=MULTIRUN`` and the launcher from these keys): every task is one training rank, and the trainer builds
+the process group from submitit's job environment (never torchrun inside a task).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Optional
+
+from omegaconf import II
 
 
 @dataclass
@@ -29,7 +31,7 @@ class SlurmClusterConfig:
     name: str = "slurm"
     nodes: int = 1
     gpus_per_node: int = 8
-    tasks_per_node: int = 8           # one task per GPU (the YAML ties it to gpus_per_node)
+    tasks_per_node: int = II(".gpus_per_node")   # one task per GPU
     cpus_per_task: Optional[int] = None
     mem_gb: Optional[int] = None
     partition: Optional[str] = None
