@@ -12,10 +12,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from launcher.config import register_configs
+from launcher.config import CONF_DIR, register_configs
 
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")   # the repository's conf/ (editable install)
 register_configs()
 log = logging.getLogger("rewardflow")
 
@@ -102,7 +101,7 @@ def _quiet_libraries() -> None:
         pass
 
 
-@hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="train")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
 def main(cfg: DictConfig) -> float:
     return run(cfg)
 

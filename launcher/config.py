@@ -14,16 +14,19 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig
 
 from launcher.trainer_config import OptimizerConfig, TrainerConfig
 
 #: the packages whose ``*_config`` modules hold component configs
 PACKAGES = ("launcher", "methods", "models", "rewards")
+#: the config tree the CLI composes (``train.yaml`` and its groups)
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 @dataclass
@@ -75,3 +78,16 @@ def register_configs() -> None:
     for group, entries in all_schemas().items():
         for name, node in entries.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
+
+
+def compose(overrides: list[str] | None = None) -> DictConfig:
+    """The run config ``rewardflow <overrides>`` composes, for scripts and tests (the CLI composes through Hydra's
+    main, which also sets up the run directory)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="train", overrides=list(overrides or []))

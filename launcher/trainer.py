@@ -13,17 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.checkpoint import CheckpointManager
-from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                  init_distributed, main_rank_first, submitit_job_env)
-from rewardflow.errors import ConfigError
-from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
+from launcher.checkpoint import CheckpointManager
+from launcher.components import build, component_class
+from launcher.plots import plot_reward_curve, save_image_grid
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
+from rewardflow.distributed import (
+    all_gather_cat,
+    all_reduce_sum,
+    any_rank,
+    broadcast_object,
+    collective_device,
+    init_distributed,
+    main_rank_first,
+    submitit_job_env,
+)
+from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
 log = logging.getLogger(__name__)
@@ -93,16 +102,16 @@ class Trainer:
         if not self.world.is_main:
             logging.getLogger().setLevel(logging.WARNING)
 
-        method_cls = get_class(cfg.method._target_)
+        method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
         with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
-            self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+            self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
         if self.world.world_size > 1:
             from torch.distributed.device_mesh import init_device_mesh
 
             self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
-        self.method = method_cls(cfg.method, self.backbone)
-        self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
-        self.data = instantiate(cfg.data, seed=t.seed)
+        self.method = method_cls(method_cfg, self.backbone)
+        self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
+        self.data = build(cfg.data, "data", seed=t.seed)
         self.params = list(self.backbone.trainable_parameters())
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
@@ -147,15 +156,12 @@ class Trainer:
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        cfg_dict = OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True)
         tags = list(dict.fromkeys([self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name,
                                    *self.info.tags, *lcfg.tags]))
-        kwargs = OmegaConf.to_container(lcfg, resolve=True, enum_to_str=True)
-        cls = get_class(kwargs.pop("_target_"))
-        kwargs.update(group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
-                      run_name=lcfg.run_name or self.info.run_name)
-        # the run config holds nested _target_ keys, so it must not go through hydra's recursive instantiate
-        backend = cls(run_dir=self.info.run_dir, run_config=cfg_dict, run_id=run_id, **kwargs)
+        backend = build(lcfg, "logger", run_dir=self.info.run_dir,
+                        run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
+                        group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
+                        run_name=lcfg.run_name or self.info.run_name, run_id=run_id)
         self._wandb_id_file().write_text(backend.run_id + "\n")   # a restart before any checkpoint reuses it
         return backend
 

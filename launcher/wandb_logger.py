@@ -8,36 +8,40 @@ import os
 from pathlib import Path
 from typing import Any
 
+from launcher.wandb_logger_config import WandbLoggerConfig, WandbMode
+from rewardflow.errors import ConfigErrors
+
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "online", "offline", "disabled")
 COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
+MAX_TAG_LENGTH = 64   # W&B rejects longer tags when the run starts
 
 
 def resolve_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"logger.mode must be one of {MODES} (got {mode!r})")
-    if mode != "auto":
-        return mode
+    if mode not in tuple(WandbMode):
+        raise ValueError(f"logger.mode must be one of {', '.join(WandbMode)} (got {mode!r})")
+    if mode != WandbMode.auto:
+        return str(mode)
     return "online" if os.environ.get("WANDB_API_KEY") else "offline"
 
 
 class WandbLogger:
-    """Thin wrapper over a ``wandb`` run. ``run_id`` resumes an existing run (same id, no duplicated steps)."""
+    """Thin wrapper over a ``wandb`` run, built from its typed config (:class:`WandbLoggerConfig`) and the run's
+    names (the trainer picks ``group``, ``tags`` and ``run_name`` from the config or the sweep). ``run_id`` resumes
+    an existing run (same id, no duplicated steps)."""
 
-    def __init__(self, run_dir: str | Path, run_config: dict[str, Any], project: str = "rewardflow",
-                 entity: str | None = None, mode: str = "auto", group: str | None = None,
-                 tags: list[str] | None = None, run_name: str | None = None, log_images: bool = True,
-                 run_id: str | None = None, name: str = "wandb"):
+    def __init__(self, cfg: WandbLoggerConfig, run_dir: str | Path, run_config: dict[str, Any],
+                 group: str | None = None, tags: list[str] | None = None, run_name: str | None = None,
+                 run_id: str | None = None):
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.mode = resolve_mode(mode)
+        self.mode = resolve_mode(cfg.mode)
         self.run_dir = Path(run_dir)
-        self.log_images_enabled = log_images
+        self.log_images_enabled = cfg.log_images
         self._wandb = wandb
-        self.run = wandb.init(project=project, entity=entity, dir=str(run_dir), mode=self.mode, config=run_config,
-                              group=group, tags=list(tags or []), name=run_name, id=run_id,
+        self.run = wandb.init(project=cfg.project, entity=cfg.entity, dir=str(run_dir), mode=self.mode,
+                              config=run_config, group=group, tags=list(tags or []), name=run_name, id=run_id,
                               resume="allow" if run_id else None, reinit="finish_previous")
         self.run.define_metric("step")
         for axis in COMPUTE_AXES:           # compute axes: selectable as x-axis, summarised by their max
@@ -45,6 +49,13 @@ class WandbLogger:
         self.run.define_metric("*", step_metric="step")
         where = getattr(self.run, "url", None) if self.mode == "online" else getattr(self.run, "dir", run_dir)
         log.info("W&B run %s (%s): %s", self.run.id, self.mode, where)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (see :mod:`launcher.validate`)."""
+        long = [t for t in cfg.logger.tags if len(t) > MAX_TAG_LENGTH]
+        errors.require(not long, "logger.tags", f"W&B takes tags of at most {MAX_TAG_LENGTH} characters "
+                       f"(got {long}). Fix: shorten them")
 
     @property
     def run_id(self) -> str:

@@ -18,34 +18,40 @@ Transformer passes per sample: K + 1 forwards (rollout, denoising), K VJPs (forw
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
+import torch
+
+from methods.adjoint_matching_config import AdjointMatchingConfig
 from methods.base import Rollout
 from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
 from methods.soc_base import SOCMethod
 from models.backbone import Backbone
-from rewardflow.errors import require
+from rewardflow.errors import ConfigErrors
 
 
 class AdjointMatching(SOCMethod):
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: AdjointMatchingConfig
+
+    def __init__(self, cfg: AdjointMatchingConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.num_steps = int(cfg.sampling_steps)
         self.ts = self.schedule.grid(self.num_steps)
         self.solver = LeanAdjointSolver(self.schedule)
 
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        require(m.sigma_offset > 0, "method.sigma_offset", f"must be > 0 for the rollout (got {m.sigma_offset}): the "
-                f"memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
-        require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "method.loss_last_steps",
-                f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})")
-        require(m.loss_last_steps + m.loss_random_steps >= 1, "method.loss_last_steps",
-                "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
+        if m.sigma_offset >= 0:                     # negative: SOCMethod's error already
+            errors.require(m.sigma_offset > 0, "method.sigma_offset", f"must be > 0 for the rollout (got "
+                           f"{m.sigma_offset}): the memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
+        errors.require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "method.loss_last_steps",
+                       f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, "
+                       f"{m.loss_random_steps})")
+        errors.require(m.loss_last_steps + m.loss_random_steps >= 1, "method.loss_last_steps",
+                       "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
     def loss_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-ADVANTAGE_MODES = ("group", "prompt")
+from methods.grpo_config import Advantage
 
 
 @dataclass
@@ -31,8 +31,8 @@ def group_ids_from_keys(keys: list) -> torch.Tensor:
 def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", global_std: bool = False,
                        clip: float = 5.0) -> Advantages:
     """Advantages for ``rewards`` (B,), grouped by ``keys`` (group ids for ``group`` mode, prompts for ``prompt``)."""
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    if mode not in tuple(Advantage):
+        raise ValueError(f"advantage mode must be one of {', '.join(Advantage)}, got {mode!r}")
     r = rewards.to(torch.float64)
     gid = group_ids_from_keys(keys).to(r.device)
     n_groups = int(gid.max()) + 1

@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from rewardflow.distributed import current_world
+from methods.base_config import MethodConfig
 from models.backbone import Backbone, PromptEmbeds
+from rewardflow.distributed import current_world
+from rewardflow.errors import ConfigErrors
 
 
 @dataclass
@@ -58,23 +59,33 @@ class Rollout:
 
 
 class Method(abc.ABC):
-    """Base class of all methods. Subclasses are built from their typed config by the trainer."""
+    """Base class of all methods. The trainer builds one from its typed config: ``MethodCls(cfg, backbone)``."""
 
     #: the method needs ``d reward / d image`` (adjoint methods); checked against the reward before building
     requires_differentiable_reward: bool = False
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    def __init__(self, cfg: MethodConfig, backbone: Backbone):
         self.cfg = cfg
         self.backbone = backbone
         self.world = current_world()       # this process's rank; collectives degrade to identity in one process
 
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """Raise :class:`rewardflow.errors.ConfigError` for values this method cannot run (called before building)."""
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
+        record in ``errors`` what this method cannot run with. ``cfg`` is the whole run config (typed; this method's
+        is ``cfg.method``). Subclasses add their rules after ``super().check(cfg, errors)``."""
+        m = cfg.method
+        for key in ("group_size", "prompts_per_step", "micro_batch"):
+            errors.require(getattr(m, key) >= 1, f"method.{key}", f"must be >= 1 (got {getattr(m, key)})")
+        errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        n = m.group_size * m.prompts_per_step
+        errors.require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
+                       f"must divide the {n} samples per step (group_size x prompts_per_step); got "
+                       f"{m.updates_per_rollout}")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
+    def needs_reference(cls, cfg: MethodConfig) -> bool:
         """Whether the backbone must keep the frozen pretrained policy (KL, adjoint methods)."""
         return False
 

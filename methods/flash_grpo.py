@@ -12,25 +12,29 @@ What differs from the shared GRPO machinery, and nothing else:
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
-from rewardflow.distributed import all_gather_cat, all_gather_objects, current_world
-from rewardflow.errors import require
+import torch
+
 from methods.advantages import compute_advantages
 from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
+from methods.flash_grpo_config import FlashGRPOConfig
 from methods.grpo import GRPO
 from methods.losses import kl_to_reference
-from methods.rectification import WEIGHT_NORMS, rectification_factor, rectification_weights
-from methods.sde_index import SDE_INDEX_SAMPLINGS, default_sde_index_pool, group_sde_indices
+from methods.rectification import rectification_factor, rectification_weights
+from methods.sde_index import default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
+from rewardflow.distributed import all_gather_cat, all_gather_objects, current_world
+from rewardflow.errors import ConfigErrors
 
 
 class FlashGRPO(GRPO):
     """Flash-GRPO on the shared GRPO rollout, loss and backward (hooks only)."""
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: FlashGRPOConfig
+
+    def __init__(self, cfg: FlashGRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         pool = cfg.sde_index_pool
         self.pool = [int(k) for k in pool] if pool is not None else default_sde_index_pool(self.sde.num_steps)
@@ -39,26 +43,24 @@ class FlashGRPO(GRPO):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
         last = m.sampling_steps - 2
         if m.sde_index_pool is not None:
             pool = list(m.sde_index_pool)
-            require(len(pool) > 0 and len(set(pool)) == len(pool), "method.sde_index_pool",
-                     f"must be a non-empty list of distinct step indices (got {pool}). Fix: method.sde_index_pool="
-                     f"null (the first half of the steps) or e.g. [0,1,2]")
-            require(all(0 <= k <= last for k in pool), "method.sde_index_pool",
-                     f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is never the "
-                     f"SDE step (Delta and lambda are largest there, spec §B.2). Fix: method.sde_index_pool=null or "
-                     f"drop the out-of-range indices")
-        require(m.sde_index_sampling in SDE_INDEX_SAMPLINGS, "method.sde_index_sampling",
-                 f"must be one of {SDE_INDEX_SAMPLINGS} (got {m.sde_index_sampling!r})")
-        require(m.weight_norm in WEIGHT_NORMS, "method.weight_norm", f"must be one of {WEIGHT_NORMS} (got {m.weight_norm!r})")
-        require(bool(m.init_same_noise) == bool(m.share_init_noise), "method.init_same_noise",
-                 f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
-                 f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
-        require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})")
+            errors.require(len(pool) > 0 and len(set(pool)) == len(pool), "method.sde_index_pool",
+                           f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
+                           f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]")
+            errors.require(all(0 <= k <= last for k in pool), "method.sde_index_pool",
+                           f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
+                           f"never the SDE step (Delta and lambda are largest there, spec §B.2). Fix: "
+                           f"method.sde_index_pool=null or drop the out-of-range indices")
+        errors.require(bool(m.init_same_noise) == bool(m.share_init_noise), "method.init_same_noise",
+                       f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
+                       f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
+        errors.require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn",
+                       f"must be >= 0 (got {m.pre_update_clip_warn})")
 
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
     def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:

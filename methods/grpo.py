@@ -5,53 +5,53 @@ differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_tr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from rewardflow.distributed import all_gather_cat, all_gather_objects
-from rewardflow.errors import require
-from methods.advantages import ADVANTAGE_MODES, compute_advantages
+from methods.advantages import compute_advantages
 from methods.base import Method, Rollout
+from methods.grpo_config import Advantage, Decode, GRPOConfig
 from methods.losses import kl_to_reference, ppo_clip_loss
-from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
-from methods.sde import NOISE_KERNELS, FlowSDEScheduler
+from methods.schedule import make_sigmas, quantize_model_time
+from methods.sde import FlowSDEScheduler
 from models.backbone import Backbone
+from rewardflow.distributed import all_gather_cat, all_gather_objects
+from rewardflow.errors import ConfigErrors
 
 
 class GRPO(Method):
     """GRPO over an SDE sampler. Subclasses choose which steps are stochastic and which are trained."""
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: GRPOConfig
+
+    def __init__(self, cfg: GRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone.scheduler_config())
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        require(m.group_size >= 2, "method.group_size", f"must be >= 2 for group-relative advantages (got {m.group_size})")
-        require(m.prompts_per_step >= 1, "method.prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        require(m.clip_range > 0, "method.clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
-        require(m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
-        require(m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
-        require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
-        require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
-        require(0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
-        require(m.schedule in SCHEDULES, "method.schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
-        require(m.noise_kernel in NOISE_KERNELS, "method.noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
-        require(m.advantage in ADVANTAGE_MODES, "method.advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
-        require(m.decode in ("final", "pred_x0"), "method.decode", f"must be final or pred_x0 (got {m.decode!r})")
-        require(m.micro_batch >= 1, "method.micro_batch", f"must be >= 1 (got {m.micro_batch})")
-        n = m.group_size * m.prompts_per_step
-        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
-                 f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+        if m.group_size >= 1:
+            errors.require(m.group_size >= 2, "method.group_size",
+                           f"must be >= 2 for group-relative advantages (got {m.group_size})")
+        errors.require(m.clip_range > 0, "method.clip_range",
+                       f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
+        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
+                       f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
+        errors.require(m.eta > 0, "method.eta",
+                       f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
+        errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
+                       f"must be in (0, 1] (got {m.timestep_fraction})")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
-        return method_cfg.kl_beta > 0
+    def needs_reference(cls, cfg: GRPOConfig) -> bool:
+        return cfg.kl_beta > 0
 
     # -- hooks for the baselines --------------------------------------------------------------------------------
     def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -96,7 +96,7 @@ class GRPO(Method):
             v = bb.velocity(x, self.model_time(sde.sigma(index)).float(), embeds)
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
             out = sde.step(x, v, index, stochastic[:, i].to(x.device), noise=noise)
-            if i == n - 1 and self.cfg.decode == "pred_x0":
+            if i == n - 1 and self.cfg.decode == Decode.pred_x0:
                 final = sde.pred_x0(x, v, index)
             x = out.prev_sample
             traj[:, i + 1], log_probs[:, i] = x, out.log_prob
@@ -109,7 +109,7 @@ class GRPO(Method):
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
         """Advantages over the whole step: rewards and keys are gathered from every rank (Flow-GRPO groups by
         prompt over the gathered batch; ``global_std`` needs all rewards), then each rank keeps its own rows."""
-        keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
+        keys = rollout.group_keys if self.cfg.advantage == Advantage.group else rollout.prompts
         rewards = all_gather_cat(rollout.rewards)
         all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
         adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-SCHEDULES = ("linear_shift", "scheduler")
+from methods.schedule_config import Schedule
 
 
 def time_shift(s: torch.Tensor, shift: float) -> torch.Tensor:
@@ -89,11 +89,11 @@ def calculate_shift(image_seq_len: int, base_seq_len: int = 256, max_seq_len: in
 
 
 def make_sigmas(kind: str, num_steps: int, shift: float, scheduler_config: dict | None = None) -> torch.Tensor:
-    if kind == "linear_shift":
+    if kind == Schedule.linear_shift:
         return linear_shift_sigmas(num_steps, shift)
-    if kind == "scheduler":
+    if kind == Schedule.scheduler:
         return scheduler_sigmas(num_steps, shift, scheduler_config)
-    raise ValueError(f"unknown sigma schedule {kind!r}; expected one of {SCHEDULES}")
+    raise ValueError(f"unknown sigma schedule {kind!r}; expected one of {', '.join(Schedule)}")
 
 
 def quantize_model_time(sigma: torch.Tensor) -> torch.Tensor:

@@ -14,19 +14,21 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from rewardflow.distributed import current_world
-from rewardflow.errors import ConfigError
 from models.backbone import Backbone
+from models.backbone_config import Finetune
+from models.common_config import DiffusersModelConfig
 from models.frozen_reference import FrozenReference
+from rewardflow.distributed import current_world
+from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.errors import ConfigError, ConfigErrors, require
 
 log = logging.getLogger(__name__)
 
-FINETUNE_MODES = ("full", "lora")
 ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
 
 
@@ -35,14 +37,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Compute dtype: bf16 on GPU, fp32 on CPU (bf16 is emulated and 1.5-6x slower there, cpu_stack.md §2)."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16}[dtype]
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -187,32 +181,63 @@ class DiffusersBackbone(FrozenReference, Backbone):
     #: attribute names of the transformer's block lists (one FSDP unit each) and the family's parallelize function
     block_attrs: tuple[str, ...] = ()
     parallelize_key: str = ""
+    #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
+    #: transformer's 2 x 2 patches (or packing). The loaded checkpoint's VAE is checked again when it is built.
+    image_size_multiple: int = 16
     #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
     guidance_scale: float = 1.0
 
     transformer: nn.Module
     pipe: object
 
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        k = cls.image_size_multiple
+        for key in ("height", "width"):
+            value = getattr(m, key)
+            errors.require(value > 0 and value % k == 0, f"model.{key}", f"must be a positive multiple of {k} for "
+                           f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
+                           f"model.{key}={max(k, round(value / k) * k)}")
+        errors.require(m.max_sequence_length >= 1, "model.max_sequence_length",
+                       f"must be >= 1 (got {m.max_sequence_length})")
+        errors.require(m.dtype not in (Dtype.float64, Dtype.fp64), "model.dtype",
+                       f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
+                       f"GPU, fp32 on the CPU)")
+        if m.finetune == Finetune.lora:
+            errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
+                           f"(got {m.lora_rank})")
+
     # -- construction -------------------------------------------------------------------------------------------
-    def _init_common(self, path: str, name: str | None, device: str, dtype: str, components: Sequence[str],
-                     prompt_cache_size: int | None = 4096, offload_text_encoders: bool = True,
-                     meta_init: bool = False) -> None:
-        self.name = name or self.name
-        self.path = str(path)
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+    def _init_common(self, cfg: DiffusersModelConfig, components: Sequence[str]) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.path = str(cfg.path)
+        self.height, self.width = cfg.height, cfg.width
+        self.max_sequence_length = cfg.max_sequence_length
+        self.device = resolve_device(cfg.device)
+        self.dtype = torch_dtype(cfg.dtype, self.device.type)
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
         self.loader.check(components)                         # every missing piece named before anything loads
-        self.offload_text_encoders = bool(offload_text_encoders) and self.device.type != "cpu"
+        self.offload_text_encoders = bool(cfg.offload_text_encoders) and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
-        self._prompt_cache = PromptCache(prompt_cache_size, store)
+        self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
         world = current_world()
-        self._meta_init_all = bool(meta_init) and world.world_size > 1   # same on every rank (collectives follow it)
-        self._meta_init = self._meta_init_all and world.rank != 0       # this rank builds the transformer on meta
+        self._meta_init_all = bool(cfg.meta_init) and world.world_size > 1   # same on every rank (collectives follow)
+        self._meta_init = self._meta_init_all and world.rank != 0           # this rank builds the transformer on meta
         self._materialized = not self._meta_init
         self._materialized_all = not self._meta_init_all
+
+    def _require_image_size(self, multiple: int) -> None:
+        """The loaded checkpoint's own size rule (its VAE may differ from the published one ``check`` assumes)."""
+        for key in ("height", "width"):
+            value = getattr(self, key)
+            require(value % multiple == 0, f"model.{key}",
+                    f"must be a multiple of {multiple} for the VAE of model.path={self.path!r} (got {value})")
 
     def _load(self, cls, subfolder: str, **kwargs):
         return self.loader.load(cls, subfolder, **kwargs)
@@ -234,16 +259,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
                 return cls.from_config(config)
         return self._load(cls, subfolder, torch_dtype=torch.float32)
 
-    def _init_training(self, finetune: str, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
-                       keep_reference: bool, gradient_checkpointing: bool, text_encoders: list[nn.Module],
-                       vae: nn.Module) -> None:
+    def _init_training(self, keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module) -> None:
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
-        self._configure_finetune(finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
-        self.gradient_checkpointing = bool(gradient_checkpointing)
-        if gradient_checkpointing:
+        self._configure_finetune(keep_reference)
+        self.gradient_checkpointing = bool(self.cfg.gradient_checkpointing)
+        if self.gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
         if self._materialized:
             self.transformer.to(self.device)
@@ -252,19 +275,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self.transformer.train()
 
     # -- fine-tuning mode ---------------------------------------------------------------------------------------
-    def _configure_finetune(self, finetune, rank, alpha, targets, keep_reference) -> None:
-        if finetune not in FINETUNE_MODES:
-            raise ConfigError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
-        self.finetune = finetune
-        if finetune == "lora":
+    def _configure_finetune(self, keep_reference: bool) -> None:
+        cfg = self.cfg
+        self.finetune = cfg.finetune
+        if cfg.finetune == Finetune.lora:
             from peft import LoraConfig
 
             self.transformer.requires_grad_(False)
             try:
-                self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                                        target_modules=list(targets)), adapter_name=ADAPTER_NAME)
+                self.transformer.add_adapter(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                                        init_lora_weights="gaussian",
+                                                        target_modules=list(cfg.lora_targets)),
+                                             adapter_name=ADAPTER_NAME)
             except ValueError as e:
-                raise ConfigError(f"model.lora_targets={list(targets)} match no module of "
+                raise ConfigError(f"model.lora_targets={list(cfg.lora_targets)} match no module of "
                                   f"{type(self.transformer).__name__} ({e})") from None
         else:
             self.transformer.requires_grad_(True)
@@ -273,6 +297,16 @@ class DiffusersBackbone(FrozenReference, Backbone):
     @property
     def latent_shape(self) -> tuple[int, ...]:
         return self._latent_shape          # set by each family's constructor
+
+    def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
+        """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
+        raise NotImplementedError
+
+    def pipeline_kwargs(self) -> dict:
+        """Arguments of the family's diffusers pipeline call that sample as this backbone is set up (size, text
+        length, guidance): ``backbone.pipe(prompts, **backbone.pipeline_kwargs())``."""
+        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
+                    guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
 
     @property
     def do_cfg(self) -> bool:
@@ -434,10 +468,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return out
 
     def _write_transformer(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
-        from diffusers import __version__ as diffusers_version
         import inspect
         import logging
 
+        from diffusers import __version__ as diffusers_version
         from huggingface_hub import save_torch_state_dict
 
         # its module logs "weights saved" at INFO under its file path; the trainer logs the export itself

@@ -2,13 +2,14 @@
 the recipe, so every twin is loaded back through its family's real adapter (``from_pretrained``)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from filelock import FileLock
 
@@ -52,3 +53,15 @@ def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cac
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+class TinyTwin:
+    """Mixed in before a family's backbone (``class TinyFluxBackbone(TinyTwin, FluxBackbone)``): with
+    ``model.path=null`` the twin is written into ``model.cache_dir`` on first use (``materialize(cache_dir, seed)``,
+    e.g. :func:`models.tiny_flux.materialize_tiny_flux`) and loaded through the family's real adapter."""
+
+    materialize: Callable[[str | None, int], Path]
+
+    def __init__(self, cfg: Any, keep_reference: bool = False):
+        folder = cfg.path or str(type(self).materialize(cfg.cache_dir, cfg.seed))
+        super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)   # type: ignore[call-arg]

@@ -41,7 +41,9 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
+from launcher.config import compose  # noqa: E402
+from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
+from models.tiny_flux import WIDE_TRANSFORMER
 
 # FLUX "small" (cpu_stack.md §2.1): 2 double + 4 single blocks, 4 heads x 32; text widths match the tiny encoders.
 # "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).
@@ -63,19 +65,6 @@ def model_folder(config: str) -> Path:
     from models.tiny_flux import materialize_tiny_flux_variant
 
     return materialize_tiny_flux_variant(CONFIGS[config])
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
 
 
 class CPUClock:

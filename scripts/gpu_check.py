@@ -458,16 +458,16 @@ def section_fsdp(chk: Check, res: dict, allowance: float) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from launcher.trainer_config import OptimizerConfig
-    from models.common import resolve_dtype
     from models.parallelize import mixed_precision_policy, parallelize_flux
     from models.real_transformers import FAMILIES, velocity
+    from rewardflow.dtypes import torch_dtype
 
     device, fam = chk.device, FAMILIES["flux"]
     cfg = fam.transformer_config(chk.profile.tiny)
     if chk.profile.fsdp_depth is not None:
         cfg.update(num_layers=chk.profile.fsdp_depth[0], num_single_layers=chk.profile.fsdp_depth[1])
     shape = fam.smoke_shape if chk.profile.tiny else fam.shape
-    compute = resolve_dtype("auto", device)       # what FluxBackbone autocasts to on this device
+    compute = torch_dtype("auto", device.type)    # what FluxBackbone autocasts to on this device
     backend = "nccl" if device.type == "cuda" else "gloo"
     policy = mixed_precision_policy(device.type)
     res.update(backend=backend, world_size=1, double_blocks=cfg["num_layers"], single_blocks=cfg["num_single_layers"],

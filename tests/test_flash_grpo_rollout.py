@@ -7,10 +7,10 @@ import torch
 
 from conftest import compose
 from flash_toys import MeanReward, ToyBackbone, flash_method
-from rewardflow.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
-from methods.flash_grpo import FlashGRPO
+from launcher.validate import validate
 from methods.sde_index import draw_sde_indices, group_sde_indices
+from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
 N = 10
@@ -227,7 +227,7 @@ def test_ablation_switches_change_only_what_they_should():
 def test_bad_flash_values_are_rejected_with_the_key(overrides, key):
     cfg = compose(["method=flash_grpo", *overrides])
     with pytest.raises(ConfigError) as err:
-        FlashGRPO.check_config(cfg)
+        validate(cfg)
     assert key in str(err.value)
 
 
