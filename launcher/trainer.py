@@ -22,16 +22,8 @@ from launcher.components import build, component_class
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
-from rewardflow.distributed import (
-    all_gather_cat,
-    all_reduce_sum,
-    any_rank,
-    broadcast_object,
-    collective_device,
-    init_distributed,
-    main_rank_first,
-    submitit_job_env,
-)
+from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+                                    init_distributed, main_rank_first, submitit_job_env)
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 

@@ -31,6 +31,16 @@ from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
 
+def am_loss_steps(n: int, k: int, last: int, random: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, random + last) indices on a K-step grid: per row, ``random`` distinct random steps among the first
+    ``k - last``, then the last ``last`` steps (AM App. G.2's loss steps, secondhand; EAM's ``am_grid`` parity)."""
+    tail = torch.arange(k - last, k).expand(n, -1)
+    if random == 0:
+        return tail.clone()
+    early = torch.stack([torch.randperm(k - last, generator=generator)[:random] for _ in range(n)])
+    return torch.cat([early, tail], dim=1)
+
+
 class AdjointMatching(SOCMethod):
     cfg: AdjointMatchingConfig
 
@@ -60,11 +70,7 @@ class AdjointMatching(SOCMethod):
         k = self.num_steps
         last = min(int(self.cfg.loss_last_steps), k)
         rand = min(int(self.cfg.loss_random_steps), k - last)
-        tail = torch.arange(k - last, k).expand(n, -1)
-        if rand == 0:
-            return tail.clone()
-        early = torch.stack([torch.randperm(k - last, generator=generator)[:rand] for _ in range(n)])
-        return torch.cat([early.sort(dim=1).values, tail], dim=1)
+        return am_loss_steps(n, k, last, rand, generator).sort(dim=1).values     # in grid order
 
     # -- 1. rollout ---------------------------------------------------------------------------------------------
     @torch.no_grad()

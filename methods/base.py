@@ -109,9 +109,14 @@ class Method(abc.ABC):
         """Anything computed once per rollout before the updates (e.g. advantages); returns metrics."""
         return {}
 
-    @abc.abstractmethod
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update."""
+        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update. Default:
+        the samples (shuffled with ``method.shuffle_samples``) in ``updates_per_rollout`` equal updates of
+        ``micro_batch``-sized micro-batches."""
+        b = len(rollout)
+        order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
+        per_update = b // int(self.cfg.updates_per_rollout)
+        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch))) for u in range(0, b, per_update)]
 
     def step_metrics(self) -> dict[str, float]:
         """Extra metrics of the step just run (after its updates), logged as they are (e.g. diagnostics)."""

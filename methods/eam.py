@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from methods.adjoint_matching import am_loss_steps
 from methods.base import Rollout
 from methods.bridge_kernel import BridgeKernel
 from methods.closed_form_adjoint import corrected_terminal_grad, velocity_target
@@ -51,7 +52,7 @@ class EAM(SOCMethod):
         super().__init__(cfg, backbone)
         self.base = LinearMemorylessBase(float(cfg.c))
         self.endpoint_ts = am_time_grid(cfg.endpoint_schedule, int(cfg.endpoint_nfe), float(cfg.endpoint_shift),
-                                        backbone.scheduler_config())
+                                        backbone)
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
@@ -86,13 +87,8 @@ class EAM(SOCMethod):
         if mode == TimeSampling.stratified:
             u = torch.rand((n, kt), generator=generator, dtype=torch.float64)
             return lo + (hi - lo) * (torch.arange(kt, dtype=torch.float64) + u) / kt
-        k = int(self.cfg.sampling_steps)
-        last = (kt + 1) // 2
-        tail = torch.arange(k - last, k).expand(n, -1)
-        rand = kt - last
-        idx = tail.clone() if rand == 0 else torch.cat(
-            [torch.stack([torch.randperm(k - last, generator=generator)[:rand] for _ in range(n)]), tail], dim=1)
-        return idx.double() / k
+        k, last = int(self.cfg.sampling_steps), (kt + 1) // 2
+        return am_loss_steps(n, k, last, kt - last, generator).double() / k
 
     # -- 1. endpoint ----------------------------------------------------------------------------------------------
     @torch.no_grad()

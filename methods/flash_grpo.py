@@ -16,16 +16,13 @@ from typing import Any
 
 import torch
 
-from methods.advantages import compute_advantages
 from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
 from methods.flash_grpo_config import FlashGRPOConfig
 from methods.grpo import GRPO
-from methods.losses import kl_to_reference
 from methods.rectification import rectification_factor, rectification_weights
 from methods.sde_index import default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
-from rewardflow.distributed import all_gather_cat, all_gather_objects, current_world
 from rewardflow.errors import ConfigErrors
 
 
@@ -83,14 +80,9 @@ class FlashGRPO(GRPO):
         self.diagnostics.on_rollout(k, rollout.extras["inv_lambda"])
         return rollout
 
-    # -- advantages, keyed by group id and normalised across ranks ----------------------------------------------
-    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        b, rank = len(rollout), current_world().rank
-        rewards = all_gather_cat(rollout.rewards)
-        keys = [k for ks in all_gather_objects(list(rollout.group_keys)) for k in ks]
-        adv = compute_advantages(rewards, keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(rollout.images.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+    # -- advantages, keyed by group id (a prompt may repeat across groups) -----------------------------------------
+    def advantage_keys(self, rollout: Rollout) -> list:
+        return rollout.group_keys
 
     # -- the 1/lambda weights of every update, fixed before its micro-batches -----------------------------------
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
@@ -109,26 +101,22 @@ class FlashGRPO(GRPO):
         rollout.extras.update(weight=weight, kl_weight=kl_weight, update_index=update_of)
         return plan
 
-    # -- loss: the shared PPO-clip loss, weighted per sample ----------------------------------------------------
+    # -- loss: the shared PPO-clip loss and KL, weighted per sample ------------------------------------------------
+    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss, stats = super().policy_loss(rollout, samples, log_prob, old_log_prob)
+        # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
+        return rollout.extras["weight"][samples].to(loss.dtype) * loss, stats
+
+    def kl_term(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+        """Flow-GRPO's KL, weighted by (1/lambda^2)/mean with ``kl_rectify`` (its gradient scales as lambda^2)."""
+        return self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(kl.dtype) * kl
+
     def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
                   velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
-        loss, stats = super().step_loss(rollout, samples, index, velocity)
-        # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
-        loss = rollout.extras["weight"][samples].to(loss.dtype) * loss
-        if ref_velocity is not None:
-            kl = self._kl(rollout, samples, index, velocity, ref_velocity)
-            loss = loss + self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(loss.dtype) * kl
-            stats["kl"] = kl.detach()
+        loss, stats = super().step_loss(rollout, samples, index, velocity, ref_velocity)
         self.diagnostics.on_loss(rollout.extras["update_index"][samples] == 0, index, stats)
         return loss, stats
-
-    def _kl(self, rollout, samples, index, velocity, ref_velocity) -> torch.Tensor:
-        """Flow-GRPO's KL to the reference step (as in :meth:`GRPO.step_loss`); its gradient scales as lambda^2."""
-        x = rollout.latents[samples, index]
-        mean, _ = self.sde.mean_std(x, velocity, index)
-        ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
 
     def step_metrics(self) -> dict[str, float]:
         return self.diagnostics.flush()

@@ -27,7 +27,7 @@ class GRPO(Method):
 
     def __init__(self, cfg: GRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
-        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone.scheduler_config())
+        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)   # the family's grid
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
 
     # -- config -------------------------------------------------------------------------------------------------
@@ -106,23 +106,21 @@ class GRPO(Method):
                        extras={"stochastic": stochastic})
 
     # -- advantages ---------------------------------------------------------------------------------------------
+    def advantage_keys(self, rollout: Rollout) -> list:
+        """What groups the samples for advantages: the prompt group (``advantage=group``) or the prompt string
+        (``advantage=prompt``: Flow-GRPO groups equal prompts over the gathered batch)."""
+        return rollout.group_keys if self.cfg.advantage == Advantage.group else rollout.prompts
+
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages over the whole step: rewards and keys are gathered from every rank (Flow-GRPO groups by
-        prompt over the gathered batch; ``global_std`` needs all rewards), then each rank keeps its own rows."""
-        keys = rollout.group_keys if self.cfg.advantage == Advantage.group else rollout.prompts
+        """Advantages over the whole step: rewards and keys are gathered from every rank (``global_std`` needs all
+        rewards), then each rank keeps its own rows."""
+        keys = self.advantage_keys(rollout)
         rewards = all_gather_cat(rollout.rewards)
         all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
         adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
         mine = adv.values.view(self.world.world_size, -1)[self.world.rank]
         rollout.advantages = mine.to(rollout.images.device)
         return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
-
-    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        b = len(rollout)
-        order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
-        per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch)))
-                for u in range(0, b, per_update)]
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
@@ -134,16 +132,27 @@ class GRPO(Method):
         """
         x = rollout.latents[samples, index]
         x_next = rollout.latents[samples, index + 1]
-        old = rollout.log_probs[samples, index]
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
-        loss, stats = ppo_clip_loss(log_prob, old, rollout.advantages[samples], self.cfg.clip_range)
+        loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
         if ref_velocity is not None:
             ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
             delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
             kl = kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
-            loss = loss + self.cfg.kl_beta * kl
+            loss = loss + self.kl_term(rollout, samples, kl)
             stats["kl"] = kl.detach()
         return loss, stats
+
+    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-sample policy loss (m,) of ``samples`` from their new and rollout log-probs, and its detached
+        statistics (``ratio``, ``clipped``, ``approx_kl``; see :func:`accumulate_stats`). Default: the PPO-clipped
+        surrogate with ``clip_range``."""
+        return ppo_clip_loss(log_prob, old_log_prob, rollout.advantages[samples], self.cfg.clip_range)
+
+    def kl_term(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+        """What the per-sample KL to the reference policy adds to the loss (computed only when ``kl_beta > 0``).
+        Default: ``kl_beta x kl``."""
+        return self.cfg.kl_beta * kl
 
     def velocity_at(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
                     reference: bool = False) -> torch.Tensor:

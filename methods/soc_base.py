@@ -109,12 +109,6 @@ class SOCMethod(Method):
                               "soc/scaled_reward_grad_norm": float(self.reward_scale * norm.mean())}
 
     # -- updates ------------------------------------------------------------------------------------------------
-    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        b = len(rollout)
-        per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(torch.arange(u, u + per_update).split(int(self.cfg.micro_batch)))
-                for u in range(0, b, per_update)]
-
     def squared_norm(self, residual: torch.Tensor) -> torch.Tensor:
         """Per-row squared norm of a residual, summed (or averaged) over latent elements, in >= fp32."""
         r = residual.flatten(1).to(torch.promote_types(residual.dtype, torch.float32))

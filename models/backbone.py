@@ -106,11 +106,13 @@ class Backbone(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no reference policy")
         yield  # pragma: no cover
 
-    def scheduler_config(self) -> dict:
-        """The family's diffusers scheduler config, for ``method.schedule=scheduler`` (diffusers families add
-        private ``_rewardflow_*`` keys saying how their pipeline sets the grid; see
-        ``methods.schedule.scheduler_sigmas``)."""
-        return {}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """The N + 1 sigmas (float64, last 0) of the family's own sampler, set up as its pipeline does
+        (``method.schedule=scheduler``); ``shift`` is the static shift where the family's grid takes one. Default:
+        diffusers' ``FlowMatchEulerDiscreteScheduler`` with that shift (:mod:`models.sigma_grids`)."""
+        from models.sigma_grids import static_shift_sigmas
+
+        return static_shift_sigmas(num_steps, shift)
 
     # -- optional capabilities of the model families (models/common.py implements them) -------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

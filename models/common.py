@@ -23,6 +23,7 @@ from models.backbone import Backbone
 from models.backbone_config import Finetune
 from models.common_config import DiffusersModelConfig
 from models.frozen_reference import FrozenReference
+from models.sigma_grids import static_shift_sigmas
 from rewardflow.distributed import current_world
 from rewardflow.dtypes import Dtype, torch_dtype
 from rewardflow.errors import ConfigError, ConfigErrors, require
@@ -178,9 +179,8 @@ class DiffusersBackbone(FrozenReference, Backbone):
     #: display name and canonical hub id of the family (for messages and README)
     family: str = "diffusers"
     hub_id: str = ""
-    #: attribute names of the transformer's block lists (one FSDP unit each) and the family's parallelize function
+    #: attribute names of the transformer's block lists, in forward order (one FSDP unit each)
     block_attrs: tuple[str, ...] = ()
-    parallelize_key: str = ""
     #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
     #: transformer's 2 x 2 patches (or packing). The loaded checkpoint's VAE is checked again when it is built.
     image_size_multiple: int = 16
@@ -302,6 +302,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
         """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
         raise NotImplementedError
 
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """The family scheduler's static-shift grid (its own config, ``shift`` replacing the config's)."""
+        return static_shift_sigmas(num_steps, shift, dict(self.scheduler.config))
+
     def pipeline_kwargs(self) -> dict:
         """Arguments of the family's diffusers pipeline call that sample as this backbone is set up (size, text
         length, guidance): ``backbone.pipe(prompts, **backbone.pipeline_kwargs())``."""
@@ -366,6 +370,26 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._neg_cache[prompt]
 
     # -- guidance ----------------------------------------------------------------------------------------------
+    def guided_velocity(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
+                        uncond: dict[str, torch.Tensor | None], renorm_dim: int | None = None,
+                        **shared: object) -> torch.Tensor:
+        """The transformer's fp32 prediction for ``latents`` at ``timestep`` (the family's time input), with true
+        classifier-free guidance when :attr:`do_cfg`: ONE forward over the rows ``[uncond, cond]`` (``uncond``: the
+        negative prompt's tensors, each of batch 1, broadcast to the batch; the same keys as ``cond``) combined by
+        :meth:`cfg_combine`; otherwise the conditional forward alone. ``shared``: keyword arguments of the forward
+        that do not depend on the row."""
+        x, t, inputs = latents, timestep, cond
+        if self.do_cfg:
+            b = latents.shape[0]
+            inputs = {k: torch.cat([uncond[k].expand(b, *uncond[k].shape[1:]), v]) for k, v in cond.items()}
+            x, t = torch.cat([x, x]), torch.cat([t, t])
+        with self._autocast():
+            out = self._active(hidden_states=x, timestep=t, **inputs, **shared, return_dict=False)[0].float()
+        if not self.do_cfg:
+            return out
+        v_u, v_c = out.chunk(2)
+        return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim)
+
     @staticmethod
     def cfg_combine(v_uncond: torch.Tensor, v_cond: torch.Tensor, scale: float,
                     renorm_dim: int | None = None) -> torch.Tensor:
@@ -382,30 +406,36 @@ class DiffusersBackbone(FrozenReference, Backbone):
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:
         """The transformer blocks (one FSDP unit each), in forward order."""
-        module = module if module is not None else self.transformer
-        return [b for attr in self.block_attrs for b in getattr(module, attr)]
+        from models.parallelize import transformer_blocks
+
+        return transformer_blocks(module if module is not None else self.transformer, self.block_attrs)
+
+    @classmethod
+    def shard_transformer(cls, module: nn.Module, mesh, **kwargs) -> nn.Module:
+        """FSDP2 over a transformer of this family (``kwargs``: :func:`models.parallelize.parallelize_blocks`'s):
+        one unit per block of ``block_attrs``, the root last."""
+        from models.parallelize import parallelize_blocks, transformer_blocks
+
+        return parallelize_blocks(module, transformer_blocks(module, cls.block_attrs), mesh, **kwargs)
 
     def parallelize(self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True,
                     mp_policy=None) -> None:
-        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style, through
-        the family's ``parallelize_<family>`` (activation checkpointing, then ``fully_shard`` per block with a
-        ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE stay replicated and unsharded. With
-        ``meta_init``, rank 0's weights are then broadcast into every rank's shards. Call on every rank, before the
-        optimizer is built (it must see the sharded parameters)."""
+        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
+        (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
+        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE
+        stay replicated and unsharded. With ``meta_init``, rank 0's weights are then broadcast into every rank's
+        shards. Call on every rank, before the optimizer is built (it must see the sharded parameters)."""
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        from models.parallelize import PARALLELIZE
-
-        fn = PARALLELIZE[self.parallelize_key]
         ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
         rank = current_world().rank
         for module in self.transformer_modules():
             full = None
             if self._meta_init_all and not self._materialized_all:
                 full = module.state_dict() if rank == 0 else {}
-            fn(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
-               activation_checkpointing=ac and module is self.transformer)
+            self.shard_transformer(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
+                                   activation_checkpointing=ac and module is self.transformer)
             if full is not None:
                 if rank != 0:
                     module.to_empty(device=self.device)

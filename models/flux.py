@@ -14,20 +14,11 @@ import torch
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
 from models.flux_config import FluxModelConfig
+from models.sigma_grids import custom_sigmas
 
 log = logging.getLogger(__name__)
 
 FLUX_COMPONENTS = ("transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "scheduler")
-
-
-def pipeline_sigma_keys(image_seq_len: int, dynamic_shift: bool) -> dict:
-    """Private scheduler-config keys (ignored by diffusers' ``from_config``) that tell
-    :func:`methods.schedule.scheduler_sigmas` how the family's pipeline calls ``set_timesteps``: custom sigmas
-    ``linspace(1, 1/N, N)`` and, with dynamic shifting, ``mu`` from the image token count."""
-    keys = {"_rewardflow_custom_sigmas": True, "_rewardflow_image_seq_len": int(image_seq_len)}
-    if not dynamic_shift:
-        keys["use_dynamic_shifting"] = False
-    return keys
 
 
 class FluxBackbone(DiffusersBackbone):
@@ -44,7 +35,6 @@ class FluxBackbone(DiffusersBackbone):
     family = "FLUX.1"
     hub_id = "black-forest-labs/FLUX.1-dev"
     block_attrs = ("transformer_blocks", "single_transformer_blocks")
-    parallelize_key = "flux"
 
     def __init__(self, cfg: FluxModelConfig, keep_reference: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
@@ -126,5 +116,6 @@ class FluxBackbone(DiffusersBackbone):
         b, c, h, w = lat.shape
         return FluxPipeline._pack_latents(lat, b, c, h, w).float()
 
-    def scheduler_config(self) -> dict:
-        return {**dict(self.scheduler.config), **pipeline_sigma_keys(self._latent_shape[0], self.dynamic_shift)}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """FluxPipeline's grid: ``linspace(1, 1/N, N)`` with the resolution-dependent shift (``dynamic_shift``)."""
+        return custom_sigmas(num_steps, shift, dict(self.scheduler.config), self._latent_shape[0], self.dynamic_shift)

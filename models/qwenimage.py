@@ -17,8 +17,8 @@ import torch
 
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
-from models.flux import pipeline_sigma_keys
 from models.qwenimage_config import QwenImageModelConfig
+from models.sigma_grids import custom_sigmas
 from rewardflow.errors import ConfigError, ConfigErrors
 
 QWEN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
@@ -40,7 +40,6 @@ class QwenImageBackbone(DiffusersBackbone):
     family = "Qwen-Image"
     hub_id = "Qwen/Qwen-Image"
     block_attrs = ("transformer_blocks",)
-    parallelize_key = "qwenimage"
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
@@ -50,12 +49,8 @@ class QwenImageBackbone(DiffusersBackbone):
                        f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})")
 
     def __init__(self, cfg: QwenImageModelConfig, keep_reference: bool = False):
-        from diffusers import (
-            AutoencoderKLQwenImage,
-            FlowMatchEulerDiscreteScheduler,
-            QwenImagePipeline,
-            QwenImageTransformer2DModel,
-        )
+        from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline,
+                               QwenImageTransformer2DModel)
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
 
         self._init_common(cfg, QWEN_COMPONENTS)
@@ -108,21 +103,15 @@ class QwenImageBackbone(DiffusersBackbone):
     # -- latents ------------------------------------------------------------------------------------------------
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc, mask = embeds.tensors["prompt_embeds"], embeds.tensors["prompt_mask"]
-        x, t = latents, self.model_timestep(sigma.to(latents.dtype))
-        if self.do_cfg:                                          # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            mask = torch.cat([embeds.shared["neg_prompt_mask"].expand(b, -1), mask])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc,
-                               encoder_hidden_states_mask=mask, img_shapes=[[(1, *self._grid)]] * x.shape[0],
-                               return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim=-1 if self.cfg_renorm else None)
-        return out
+        shared = embeds.shared
+        rows = latents.shape[0] * (2 if self.do_cfg else 1)
+        return self.guided_velocity(
+            latents, self.model_timestep(sigma.to(latents.dtype)),
+            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                  "encoder_hidden_states_mask": embeds.tensors["prompt_mask"]},
+            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                    "encoder_hidden_states_mask": shared.get("neg_prompt_mask")},
+            renorm_dim=-1 if self.cfg_renorm else None, img_shapes=[[(1, *self._grid)]] * rows)
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return sigma                          # the transformer multiplies by 1000 itself (Timesteps(scale=1000))
@@ -145,5 +134,7 @@ class QwenImageBackbone(DiffusersBackbone):
         b, c, h, w = lat.shape
         return self.pipe._pack_latents(lat, b, c, h, w)
 
-    def scheduler_config(self) -> dict:
-        return {**dict(self.scheduler.config), **pipeline_sigma_keys(self._latent_shape[0], self.dynamic_shift)}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """QwenImagePipeline's grid: ``linspace(1, 1/N, N)`` with the resolution-dependent shift (``dynamic_shift``)
+        and the scheduler's terminal sigma."""
+        return custom_sigmas(num_steps, shift, dict(self.scheduler.config), self._latent_shape[0], self.dynamic_shift)

@@ -31,15 +31,10 @@ class SD3Backbone(DiffusersBackbone):
     family = "SD3.5"
     hub_id = "stabilityai/stable-diffusion-3.5-medium"
     block_attrs = ("transformer_blocks",)
-    parallelize_key = "sd3"
 
     def __init__(self, cfg: SD3ModelConfig, keep_reference: bool = False):
-        from diffusers import (
-            AutoencoderKL,
-            FlowMatchEulerDiscreteScheduler,
-            SD3Transformer2DModel,
-            StableDiffusion3Pipeline,
-        )
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
+        from diffusers import StableDiffusion3Pipeline
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
         self._init_common(cfg, SD3_COMPONENTS)
@@ -79,20 +74,13 @@ class SD3Backbone(DiffusersBackbone):
     # -- latents ------------------------------------------------------------------------------------------------
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc, pooled = embeds.tensors["prompt_embeds"], embeds.tensors["pooled"]
-        x, t = latents, self.model_timestep(sigma.to(latents.dtype))
-        if self.do_cfg:                                           # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            pooled = torch.cat([embeds.shared["neg_pooled"].expand(b, -1), pooled])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc, pooled_projections=pooled,
-                               return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale)
-        return out
+        shared = embeds.shared
+        return self.guided_velocity(
+            latents, self.model_timestep(sigma.to(latents.dtype)),
+            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                  "pooled_projections": embeds.tensors["pooled"]},
+            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                    "pooled_projections": shared.get("neg_pooled")})
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return sigma * 1000.0                 # SD3's timestep scale: 0..1000, as the pipeline's scheduler.timesteps
@@ -107,5 +95,3 @@ class SD3Backbone(DiffusersBackbone):
         lat = self.vae.encode(images.to(self.device, self.vae.dtype) * 2 - 1).latent_dist.mean
         return ((lat - self.vae.config.shift_factor) * self.vae.config.scaling_factor).float()
 
-    def scheduler_config(self) -> dict:
-        return dict(self.scheduler.config)

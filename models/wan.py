@@ -18,6 +18,7 @@ import torch
 
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
+from models.sigma_grids import unipc_flow_sigmas
 from models.wan_config import WanModelConfig
 from rewardflow.errors import ConfigErrors, require
 
@@ -44,7 +45,6 @@ class WanBackbone(DiffusersBackbone):
     family = "Wan2.1"
     hub_id = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
     block_attrs = ("blocks",)
-    parallelize_key = "wan"
     video = True
     #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE: 4)
     vae_temporal_factor: int = 4
@@ -115,18 +115,9 @@ class WanBackbone(DiffusersBackbone):
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc = embeds.tensors["prompt_embeds"]
-        x, t = latents, self.model_timestep(sigma).to(latents.dtype)
-        if self.do_cfg:                                          # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc, return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale)
-        return out
+        return self.guided_velocity(latents, self.model_timestep(sigma).to(latents.dtype),
+                                    cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"]},
+                                    uncond={"encoder_hidden_states": embeds.shared.get("neg_prompt_embeds")})
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Frames ``(B, F, 3, H, W)`` in [0, 1]."""
@@ -140,5 +131,9 @@ class WanBackbone(DiffusersBackbone):
         lat = self.vae.encode(x).latent_dist.mean.float()
         return (lat - self._lat_mean.to(lat.device)) / self._lat_std.to(lat.device)
 
-    def scheduler_config(self) -> dict:
-        return {"_class_name": type(self.scheduler).__name__, **dict(self.scheduler.config)}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """UniPC's flow sigmas with ``flow_shift = shift`` (3 for 480p, 5 for 720p), stepped with Euler; a
+        checkpoint with a flow-match Euler scheduler gets that scheduler's static-shift grid."""
+        if type(self.scheduler).__name__ == "UniPCMultistepScheduler":
+            return unipc_flow_sigmas(num_steps, shift, dict(self.scheduler.config))
+        return super().sigmas(num_steps, shift)

@@ -42,8 +42,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import torch  # noqa: E402
 
 from launcher.config import compose  # noqa: E402
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
-from models.tiny_flux import WIDE_TRANSFORMER
+from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
 # FLUX "small" (cpu_stack.md §2.1): 2 double + 4 single blocks, 4 heads x 32; text widths match the tiny encoders.
 # "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).

@@ -24,8 +24,8 @@ Sections, in order, each with a share of the budget:
 ``fsdp``
     A 1-rank NCCL process group (one GPU: NCCL refuses two ranks on one device), FLUX.1-dev at full width and
     reduced depth (4 double + 8 single blocks, 2.5 B parameters: AdamW's fp32 states for all 57 blocks, 190 GB, do
-    not fit one GPU) sharded by the project's ``parallelize_flux`` (``fully_shard`` per block, params bf16 / reduce
-    fp32, activation checkpointing), two AdamW steps (the project's optimizer defaults): loss finite, parameters
+    not fit one GPU) sharded by the project's ``FluxBackbone.shard_transformer`` (``fully_shard`` per block, params
+    bf16 / reduce fp32, activation checkpointing), two AdamW steps (the project's optimizer defaults): loss finite, parameters
     changed, step time and peak memory.
 ``bench_jagg``, ``bench_flash``, ``bench_eam``
     The method benches (``scripts/bench_*.py``) in subprocesses, on the GPU with the FLUX twin at FLUX.1-dev's block
@@ -458,7 +458,8 @@ def section_fsdp(chk: Check, res: dict, allowance: float) -> None:
     from torch.distributed.device_mesh import init_device_mesh
 
     from launcher.trainer_config import OptimizerConfig
-    from models.parallelize import mixed_precision_policy, parallelize_flux
+    from models.flux import FluxBackbone
+    from models.parallelize import mixed_precision_policy
     from models.real_transformers import FAMILIES, velocity
     from rewardflow.dtypes import torch_dtype
 
@@ -483,8 +484,8 @@ def section_fsdp(chk: Check, res: dict, allowance: float) -> None:
         try:
             mesh = init_device_mesh(device.type, (1,))
             build_s, model = timed(device, lambda: fam.build(cfg, device))     # fp32 master weights
-            shard_s, _ = timed(device, lambda: parallelize_flux(model, mesh, mp_policy=policy,
-                                                                  activation_checkpointing=True))
+            shard_s, _ = timed(device, lambda: FluxBackbone.shard_transformer(model, mesh, mp_policy=policy,
+                                                                              activation_checkpointing=True))
             params = list(model.parameters())
             o = OptimizerConfig()
             opt = torch.optim.AdamW(params, lr=o.lr, betas=tuple(o.betas), weight_decay=o.weight_decay, eps=o.eps)

@@ -113,10 +113,10 @@ def test_rollouts_are_reproducible_and_ode_steps_ignore_the_noise():
 
 
 def test_sde_step_with_zero_noise_is_the_mean_not_euler():
-    from methods.schedule import scheduler_sigmas
     from methods.sde import FlowSDEScheduler
+    from models.sigma_grids import static_shift_sigmas
 
-    sigmas = scheduler_sigmas(N, 3.0)
+    sigmas = static_shift_sigmas(N, 3.0)
     g = torch.Generator().manual_seed(0)
     x, v = torch.randn(2, 6, generator=g, dtype=torch.float64), torch.randn(2, 6, generator=g, dtype=torch.float64)
     idx = torch.tensor([2, 2])

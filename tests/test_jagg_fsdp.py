@@ -66,10 +66,9 @@ def _count_all_gathers():
 def _sharded(rank, world, method_cfg, model_cfg, rollout):
     from torch.distributed.device_mesh import init_device_mesh
 
-    from models.parallelize import parallelize_flux
-
     method = _build(method_cfg, model_cfg)
-    net = parallelize_flux(method.backbone.transformer, init_device_mesh("cpu", (world,)))
+    method.backbone.parallelize(init_device_mesh("cpu", (world,)))
+    net = method.backbone.transformer
     counts = _count_all_gathers()
     mine = torch.arange(SAMPLES)[rank::world]                  # each rank trains its half of the micro-batch
     results = {}

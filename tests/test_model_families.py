@@ -14,7 +14,6 @@ import torch
 
 from conftest import compose
 from families import FAMILIES, NAMES
-from methods.schedule import make_sigmas
 
 PROMPTS = ["a red square", "a photo of a blue circle"]
 
@@ -134,7 +133,7 @@ def test_velocity_reproduces_the_diffusers_pipeline(name, lora_backbones):
     x = bb.initial_noise(b, torch.Generator().manual_seed(0))
     rec = _run_pipeline(bb, fam, steps, x)
     sched_shift = float(bb.scheduler.config.get("flow_shift", bb.scheduler.config.get("shift", 3.0)))
-    ours = make_sigmas("scheduler", steps, sched_shift, bb.scheduler_config())
+    ours = bb.sigmas(steps, sched_shift)
     if name == "tiny_wan2.1":   # UniPC lowers sigma_0 = 1 by 1e-6 for its multistep log; we step Euler from 1
         assert abs(float(rec["sigmas"][0]) - 1) < 1e-5 and ours[0] == 1.0
         torch.testing.assert_close(ours[1:], rec["sigmas"][1:], rtol=0, atol=1e-7)

@@ -12,13 +12,8 @@ from methods.lean_adjoint import LeanAdjointSolver
 from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import MemorylessSchedule, denoised, score_from_velocity
 from methods.terminal_score import smoothing_std, tweedie_naive_score, tweedie_shrink_score
-from methods.time_convention import (
-    DEFAULT_CONVENTION,
-    SigmaConvention,
-    register_time_convention,
-    time_convention,
-    velocity_am,
-)
+from methods.time_convention import (DEFAULT_CONVENTION, SigmaConvention, register_time_convention,
+                                     time_convention, velocity_am)
 from models.toy_gaussian import ToyGaussianBackbone, gaussian_score, gaussian_velocity_am
 from models.toy_gaussian_config import ToyGaussianModelConfig
 from rewards.gaussian_tilt import GaussianTiltReward
