@@ -1,4 +1,4 @@
-"""GRPO advantages in the two reference definitions (spec jagg_grpo.md §C.1).
+"""GRPO advantages in the two reference definitions (docs/methods/grpo_baselines.md#advantages).
 
 * ``group`` (DanceGRPO): each run of G samples of a prompt is a group; ``A = (r - mean) / (std_unbiased + 1e-8)``.
 * ``prompt`` (Flow-GRPO ``PerPromptStatTracker``): rewards grouped by prompt string over the (gathered) batch;

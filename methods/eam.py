@@ -1,9 +1,10 @@
-"""Efficient Adjoint Matching (EAM; spec eam.md §C) as a method of the shared trainer loop.
+"""Efficient Adjoint Matching (EAM; arXiv:2605.11480) as a method of the shared trainer loop (docs/methods/eam.md).
 
-**Reconstruction.** The EAM paper body was not available; this follows the spec's reconstruction from the abstract
-and first principles, verified on the Gaussian toy (tests/test_soc_toy.py). Every reconstructed choice is a config
-flag: the base constant ``c``, the terminal-score estimator (``terminal_score``, ``delta``), the time sampling of the
-loss (``time_sampling``, ``loss_timesteps``, ``t_min``) and its weight (``loss_weight``).
+**Reconstruction.** The EAM paper body was not available; this follows our reconstruction from the abstract
+and first principles (docs/methods/eam.md#what-is-reconstructed), verified on the Gaussian toy
+(tests/test_soc_toy.py). Every reconstructed choice is a config flag: the base constant ``c``, the terminal-score
+estimator (``terminal_score``, ``delta``), the time sampling of the loss (``time_sampling``, ``loss_timesteps``,
+``t_min``) and its weight (``loss_weight``).
 
 One iteration, per sample (B = prompts_per_step x group_size):
 
@@ -19,7 +20,7 @@ One iteration, per sample (B = prompts_per_step x group_size):
    ``w(t) ||v_theta(X_t, t) - v_tgt||^2`` with ``w = 4 / sigma(t)^2`` (offset ``sigma_offset``), i.e. the AM loss
    ``||u_theta + sigma Phi grad g||^2`` in control space; averaged over the K_t times.
 
-``terminal_score=anchor`` is the spec's Option B (a biased ablation): the target
+``terminal_score=anchor`` is a biased ablation (docs/methods/eam.md#the-anchor-ablation): the target
 ``v_pre(X_t, t) + c^2 (1 - t) / m_t lambda grad r(X_1)`` (one extra frozen forward per loss time, no terminal score).
 
 Transformer passes per sample: ``endpoint_nfe`` + 1 forwards (endpoint, Tweedie), K_t forward + backward for the
@@ -58,8 +59,8 @@ class EAM(SOCMethod):
         super().check_config(cfg)
         m = cfg.method
         require(m.c > 0, "c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 suits "
-                f"unit-variance latents (c -> infinity diverges, spec §F.6)")
-        require(m.endpoint_nfe >= 1, "endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the spec uses 10")
+                f"unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)")
+        require(m.endpoint_nfe >= 1, "endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the default is 10")
         require(m.endpoint_schedule in SCHEDULES, "endpoint_schedule",
                 f"must be one of {SCHEDULES} (got {m.endpoint_schedule!r})")
         require(m.endpoint_shift > 0, "endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
@@ -70,13 +71,13 @@ class EAM(SOCMethod):
                 f"(AM parity)")
         require(m.time_sampling in TIME_SAMPLINGS, "time_sampling",
                 f"must be one of {TIME_SAMPLINGS} (got {m.time_sampling!r})")
-        require(0 < m.t_min < 0.5, "t_min", f"must be in (0, 0.5) (got {m.t_min}); the spec uses 1/40")
+        require(0 < m.t_min < 0.5, "t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
         require(m.loss_weight in LOSS_WEIGHTS, "loss_weight", f"must be one of {LOSS_WEIGHTS} (got {m.loss_weight!r})")
         if m.time_sampling == "am_grid":
             require(m.loss_timesteps <= m.sampling_steps, "loss_timesteps",
                     f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})")
 
-    # -- loss times (spec §C.10) --------------------------------------------------------------------------------
+    # -- loss times (docs/methods/eam.md#loss-times) ------------------------------------------------------------
     def loss_times(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, K_t) float64 AM times of the loss terms.
 

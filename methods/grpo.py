@@ -1,4 +1,4 @@
-"""Shared GRPO machinery for flow models (spec jagg_grpo.md §B–C): SDE rollouts with log-probs, advantages, the
+"""Shared GRPO machinery for flow models (docs/methods/grpo_baselines.md): SDE rollouts with log-probs, advantages, the
 PPO-clipped loss with optional KL, and the per-(sample, step) backward. DanceGRPO, Flow-GRPO and Flow-GRPO-Fast
 differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_train_steps` and in config values.
 """
@@ -161,7 +161,7 @@ class GRPO(Method):
         return self.backbone.velocity(x, t, embeds)
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Exact per-step backward: one forward + backward per trained transition (spec §C.2), each loss divided by
+        """Exact per-step backward: one forward + backward per trained transition, each loss divided by
         ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]

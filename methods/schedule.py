@@ -1,4 +1,4 @@
-"""Sigma schedules for rectified-flow sampling (spec jagg_grpo.md §A.2).
+"""Sigma schedules for rectified-flow sampling (docs/methods/grpo_baselines.md#sigma-schedules).
 
 Time runs from noise (sigma = 1) to data (sigma = 0); ``x_sigma = (1 - sigma) x0 + sigma eps``.
 Two schedules exist in the baselines and both are kept on purpose:
@@ -33,7 +33,8 @@ def scheduler_sigmas(num_steps: int, shift: float, scheduler_config: dict | None
     plus private keys (dropped by diffusers' ``from_config``) describing the pipeline's ``set_timesteps`` call:
 
     * ``FlowMatchEulerDiscreteScheduler``, static shift (SD3.5; also the default with no config): ``shift`` replaces
-      the config's, ``set_timesteps(N)`` (its endpoint is shifted twice, a diffusers quirk the spec documents).
+      the config's, ``set_timesteps(N)`` (its endpoint is shifted twice, a diffusers quirk kept on purpose:
+      docs/methods/grpo_baselines.md#sigma-schedules).
     * ``_rewardflow_custom_sigmas`` (FLUX.1, Qwen-Image): the pipeline passes ``sigmas = linspace(1, 1/N, N)``; with
       ``use_dynamic_shifting`` the shift is resolution-dependent, ``mu = calculate_shift(_rewardflow_image_seq_len,
       ...)`` from the config (``shift`` is then unused), otherwise ``shift`` is applied statically.
@@ -97,5 +98,5 @@ def make_sigmas(kind: str, num_steps: int, shift: float, scheduler_config: dict 
 
 
 def quantize_model_time(sigma: torch.Tensor) -> torch.Tensor:
-    """DanceGRPO feeds the transformer floor(1000 sigma) / 1000 (spec §A.2); the SDE itself uses exact sigma."""
+    """DanceGRPO feeds the transformer floor(1000 sigma) / 1000; the SDE itself uses exact sigma."""
     return torch.floor(sigma * 1000.0) / 1000.0
