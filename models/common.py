@@ -37,7 +37,8 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Compute dtype: bf16 on GPU, fp32 on CPU (bf16 is emulated and 1.5-6x slower there, cpu_stack.md §2)."""
+    """Compute dtype: bf16 on GPU, fp32 on CPU (bf16 is emulated and 1.5-6x slower there,
+    docs/development.md#bf16-on-the-cpu)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,

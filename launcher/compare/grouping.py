@@ -152,7 +152,7 @@ def _counts(seen: Counter) -> str:
 
 def select_baseline(groups: list[Group], name: str | None) -> Group:
     """The group named by ``--baseline`` (its label, or its method name when that is unique); by default the
-    DanceGRPO group when there is one (the reference every method in the spec is measured against), else the
+    DanceGRPO group when there is one (the baseline the accelerated methods are measured against), else the
     first group."""
     if name is None:
         named = [g for g in groups if g.label == "dance_grpo"]
