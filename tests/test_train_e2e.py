@@ -72,7 +72,7 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
 
 
 def expected_passes_per_sample(m, n: int) -> tuple[int, int]:
-    """(forwards, backwards) per sample of one step for each method at the smoke scale, from its spec's counting:
+    """(forwards, backwards) per sample of one step for each method at the smoke scale, from its documented counting:
     a trained GRPO transition is a forward + backward (plus a reference forward with KL); JAGG does 2 backwards per
     group of W trained steps and exact ones on the rest; Flash-GRPO trains one step; EAM runs the endpoint ODE, one
     Tweedie forward and K_t loss passes; AM the K-step rollout, the denoising forward, K VJPs and |S| loss passes."""
