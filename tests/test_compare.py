@@ -179,9 +179,21 @@ def test_target_reach_per_seed_and_the_tests_against_the_baseline():
     # fast's reach interval [~7.6, ~11.4] s does not overlap the baseline's [~16.5, ~21.5] s
     assert g["fast"].verdicts["reach"] == stats.SIGNIFICANT and g["fast"].speedup_lo > 1
     assert g["same"].speedup_lo < 1 < g["same"].speedup_hi
-    # an explicit target that the slow seeds of "same" reach too
+    # an explicit target
     c = _compare(runs, axis="wallclock_s", smooth=1, target=0.6)
     assert {r.label: r for r in c.groups}["dance_grpo"].reach.values == pytest.approx([11.0, 10.0, 9.0])
+
+
+def test_compute_to_reach_is_never_negative():
+    # fast's seeds reach 0.69 at 1, 1 and 20 s: the t-interval of the mean (7.33 +- 4.30 * 10.97 / sqrt 3) reaches
+    # below 0 s; it is cut at 0, and the speedup's upper end is then unbounded
+    runs = [make_run("dance_grpo", s, steps=20) for s in range(3)]
+    runs += [make_run("fast", s, steps=20, base=b) for s, b in enumerate((0.7, 0.7, 0.5))]
+    c = _compare(runs, axis="wallclock_s", smooth=1)
+    fast = {r.label: r for r in c.groups}["fast"]
+    assert fast.reach.values == pytest.approx([1.0, 1.0, 20.0])
+    assert fast.reach.mean - stats.t_quantile(0.975, 2) * np.std([1, 1, 20], ddof=1) / math.sqrt(3) < 0
+    assert fast.reach.lo == 0.0 and fast.speedup_hi == math.inf and fast.verdicts["reach"] == "not significant"
 
 
 def test_per_step_costs_leave_out_warmup():
@@ -376,7 +388,7 @@ def test_step_time_spread_between_seeds_warns_that_the_machine_was_loaded(tmp_pa
     data = json.loads((folder / "compare" / "comparison.json").read_text())
     spread = [w["message"] for w in data["warnings"] if w["kind"] == "step_time_spread"]
     cv = np.std(loaded, ddof=1) / np.mean(loaded)                     # 0.2404
-    assert len(spread) == 1 and spread[0].startswith(f"the seeds of dance_grpo took {cv:.0%} different times")
+    assert len(spread) == 1 and spread[0].startswith(f"the seeds of dance_grpo ({cv:.1%}) differ in seconds per step")
     assert np.std(steady, ddof=1) / np.mean(steady) < 0.05             # fast: 1%, no warning
     assert main([str(folder), "--max-step-cv", "0.25", "--out", str(tmp_path / "lenient")]) == 0
     data = json.loads((tmp_path / "lenient" / "comparison.json").read_text())

@@ -105,7 +105,11 @@ def _expected(runs):
     target = min(exp["dance_grpo"]["finals"])
     for method, seeds in runs.items():
         reach = [_first_reach(gpu(rows), _smoothed(rows), target) for rows in seeds]
-        exp[method]["reach"] = None if None in reach else _with_interval(reach)
+        if None in reach:
+            exp[method]["reach"] = None
+        else:                                       # compute is never negative: the interval is cut at 0
+            m, lo, hi = _with_interval(reach)
+            exp[method]["reach"] = (m, max(lo, 0.0), hi)
     assert exp["dance_grpo"]["reach"][0] <= exp["dance_grpo"]["total"] * (1 + 1e-9)
     return exp, budget, target
 

@@ -17,15 +17,15 @@ Definitions (also printed under the report's tables; ``docs/compare_report.md`` 
   each seed's curve there.
 - Target: ``--target``, else the lowest final value among the baseline's seeds (so every baseline seed reaches it).
   Compute to reach it: per seed, the first x at which the seed's curve reaches it (linear between logged points);
-  the group's is the mean over seeds when every seed got there. Speedup = the baseline's mean compute to reach it /
-  the group's; its interval is every ratio of values inside the two groups' intervals.
+  the group's is the mean over seeds when every seed got there (its interval cut at 0). Speedup = the baseline's mean
+  compute to reach it / the group's; its interval is every ratio of values inside the two groups' intervals.
 - Final value, value at the budget and compute to reach are each compared with the baseline's: significant when the
   two intervals do not overlap.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -268,7 +268,7 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
         reach = [first_reach(t.x[s.axis], t.reward, target) for t in r.traces]
         r.reached = sum(v is not None for v in reach)
         r.reached_at_first = sum(bool(v is not None and v <= t.x[s.axis][0]) for v, t in zip(reach, r.traces))
-        r.reach = est([v + off for v in reach]) if r.reached == len(reach) else None
+        r.reach = _compute(est([v + off for v in reach])) if r.reached == len(reach) else None
         r.best = float(r.curves[s.axis].mean.max())
     for r in results:
         r.verdicts = {"final": stats.verdict(r.final, base.final),
@@ -282,6 +282,11 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
                    target=target, budget_runs_ended_before=ended)
     c.warnings = evidence.check(c, s.thresholds)
     return c
+
+
+def _compute(e: Estimate) -> Estimate:
+    """Compute is never negative: a t-interval over few seeds can reach below 0, which is then cut at 0."""
+    return replace(e, lo=max(e.lo, 0.0)) if e.has_interval else e
 
 
 def _at(trace: Trace, axis: str, x: float) -> float:

@@ -90,15 +90,18 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
                 f"({_listing(sorted({label for label, _ in under}))}): their final value is the mean of the last "
                 f"{shown} {m.point}s, not {c.smooth} (the titles say so).")))
 
+    spread = []
     for r in c.groups:
         t = r.per_step[STEP_TIME]
         if t.n >= 2 and t.mean > 0 and t.std / t.mean > th.max_step_cv:
-            out.append(Finding("step_time_spread", (
-                f"the seeds of {r.label} took {t.std / t.mean:.0%} different times per step (coefficient of "
-                f"variation of their s/step, above --max-step-cv {th.max_step_cv:g}): seeds of one setting do the "
-                f"same work, so the machine's speed changed between them (other load, other hardware), and the "
-                f"wall-clock and GPU-hour figures carry that noise. Compare on --axis step, or re-run on an "
-                f"otherwise idle machine.")))
+            spread.append(f"{r.label} ({t.std / t.mean:.1%})")
+    if spread:
+        out.append(Finding("step_time_spread", (
+            f"the seeds of {_listing(spread)} differ in seconds per step by more than --max-step-cv "
+            f"{th.max_step_cv:g} (coefficient of variation of their s/step in parentheses): seeds of one setting do "
+            f"the same work, so the machine's speed changed between them (other load, other hardware), and the "
+            f"wall-clock and GPU-hour figures carry that noise. Compare on --axis step, or re-run on an otherwise "
+            f"idle machine.")))
 
     early = [f"{r.label} ({r.reached_at_first} of {len(r.runs)})" for r in c.groups if r.reached_at_first]
     if early:

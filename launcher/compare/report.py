@@ -69,7 +69,7 @@ def window_title(c: Comparison) -> str:
 
 
 def curve_title(c: Comparison) -> str:
-    """What a curve's point is: ``each evaluation``, or ``trailing mean of up to 2 steps`` (never more than a run has)."""
+    """What a curve's point is: ``each evaluation``, or ``trailing mean of up to 2 steps`` (at most what runs have)."""
     widest = min(c.smooth, max(t.points for r in c.groups for t in r.traces))
     return f"each {c.metric.point}" if widest == 1 else f"trailing mean of up to {widest} {c.metric.point}s"
 
@@ -218,11 +218,11 @@ def notes(c: Comparison) -> list[str]:
            f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
            f"reached")
         + f"): per seed, the first point where its curve reaches it (linear between logged points), then the mean "
-          f"over seeds; `{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the "
-          f"group's mean curve). Speedup = the baseline's "
-          f"mean {u} to reach it / the group's (> 1: fewer {u} for the same value); its interval is [baseline low "
-          f"/ group high, baseline high / group low], every ratio of values inside the two intervals, so it "
-          f"excludes 1 exactly when the test calls the difference significant.",
+          f"over seeds (an interval reaching below 0, as a t-interval over few seeds can, is cut at 0); "
+          f"`{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the group's mean "
+          f"curve). Speedup = the baseline's mean {u} to reach it / the group's (> 1: fewer {u} for the same "
+          f"value); its interval is [baseline low / group high, baseline high / group low], every ratio of values "
+          f"inside the two intervals, so it excludes 1 exactly when the test calls the difference significant.",
         f"Per-step timings are means over steps (the first {s.warmup_steps} left out as warm-up), then over seeds; "
         f"transformer passes are counted per sample on the model (a batch of B rows counts B).",
     ]
