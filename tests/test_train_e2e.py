@@ -51,6 +51,8 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     one full step logs every metric, transformer passes follow the trained-step rule with CFG counted as two
     evaluations per sample, and a full-fine-tuning reference (Flow-GRPO's KL) stays frozen."""
     extra = ["method.sampling_steps=9"] if method == "jagg" else []      # 8 trained steps: two groups of W = 4
+    if method == "diffusion_nft" and "guidance_scale" in compose([f"model={model}"]).model:
+        extra.append("model.guidance_scale=1")                           # a CFG-free method (it refuses CFG)
     cfg = compose(["experiment=smoke", "logger=none", f"method={method}", f"model={model}", "trainer.steps=1",
                    "trainer.sample_every=1", *extra])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
@@ -75,12 +77,16 @@ def expected_passes_per_sample(m, n: int) -> tuple[int, int]:
     """(forwards, backwards) per sample of one step for each method at the smoke scale, from its documented counting:
     a trained GRPO transition is a forward + backward (plus a reference forward with KL); JAGG does 2 backwards per
     group of W trained steps and exact ones on the rest; Flash-GRPO trains one step; EAM runs the endpoint ODE, one
-    Tweedie forward and K_t loss passes; AM the K-step rollout, the denoising forward, K VJPs and |S| loss passes."""
+    Tweedie forward and K_t loss passes; AM the K-step rollout, the denoising forward, K VJPs and |S| loss passes;
+    DiffusionNFT the N-step rollout and, per trained time, the sampling and trained (and reference) forwards."""
     if m.name == "eam":
         return m.endpoint_nfe + 1 + m.loss_timesteps, m.loss_timesteps
     if m.name == "adjoint_matching":
         loss = min(m.loss_last_steps, n) + min(m.loss_random_steps, n - min(m.loss_last_steps, n))
         return n + 1 + n + loss, n + loss
+    if m.name == "diffusion_nft":               # N-step ODE rollout; per trained time v_old and v (and v_ref with KL)
+        trained = int(m.timestep_fraction * n)   # forwards and one backward
+        return n + trained * (3 if m.kl_beta > 0 else 2), trained
     if m.name == "flash_grpo":
         trained, bwd = 1, 1
     elif m.name == "jagg":                      # dance_grpo base, N = 9: 8 trained steps, group 0 JAGG, group 1 exact
