@@ -5,7 +5,7 @@ final latents and their rewards are kept, and the policy is trained by flow matc
 reward weighing an implicit positive and negative policy. Per step (``docs/methods/diffusion_nft.md`` has the
 sources, line by line, and every choice their code leaves open):
 
-1. ``rollout``: CFG-free samples of ``v_old`` (:class:`methods.old_policy.LaggingPolicy`) with ``method.sampler``
+1. ``rollout``: CFG-free samples (a family's ``guidance_scale`` is set to 1) of ``v_old`` (:class:`methods.old_policy.LaggingPolicy`) with ``method.sampler``
    (:mod:`methods.ode_solvers`) on the family's sigma grid; no log-prob, no trajectory. Each sample draws the
    ``floor(timestep_fraction x N)`` grid times it trains (a random subset, their per-sample permutation) and a noise
    seed.
@@ -21,6 +21,7 @@ trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import torch
@@ -36,10 +37,19 @@ from methods.old_policy import LaggingPolicy, old_policy_decay
 from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
 from models.backbone import Backbone
 
+log = logging.getLogger(__name__)
+
 
 class DiffusionNFT(Method):
     def __init__(self, cfg: DictConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
+        if getattr(backbone, "guidance_scale", 1.0) > 1.0:
+            # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
+            # no CFG path), so a sweep can share one model config with methods that sample with CFG
+            log.warning("method=diffusion_nft samples and trains without classifier-free guidance: "
+                        "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
+                        backbone.guidance_scale)
+            backbone.guidance_scale = 1.0
         self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone.scheduler_config())
         self.old_policy = LaggingPolicy(backbone.transformer)     # v_old = v at the start (their lines 576-580)
         self._decay = 0.0
@@ -80,11 +90,6 @@ class DiffusionNFT(Method):
         n = m.group_size * m.prompts_per_step
         require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
                 f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
-        scale = cfg.model.get("guidance_scale")
-        if scale is not None and scale > 1:
-            raise ConfigError(f"model.guidance_scale={scale}: method=diffusion_nft samples and trains without "
-                              f"classifier-free guidance (the authors' sample.guidance_scale=1.0, config/nft.py:64). "
-                              f"Fix: model.guidance_scale=1")
 
     @classmethod
     def needs_reference(cls, method_cfg: DictConfig) -> bool:

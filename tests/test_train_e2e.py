@@ -51,8 +51,6 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     one full step logs every metric, transformer passes follow the trained-step rule with CFG counted as two
     evaluations per sample, and a full-fine-tuning reference (Flow-GRPO's KL) stays frozen."""
     extra = ["method.sampling_steps=9"] if method == "jagg" else []      # 8 trained steps: two groups of W = 4
-    if method == "diffusion_nft" and "guidance_scale" in compose([f"model={model}"]).model:
-        extra.append("model.guidance_scale=1")                           # a CFG-free method (it refuses CFG)
     cfg = compose(["experiment=smoke", "logger=none", f"method={method}", f"model={model}", "trainer.steps=1",
                    "trainer.sample_every=1", *extra])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
@@ -65,7 +63,7 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     assert not missing, f"{method} x {model}: missing metrics {missing}"
     assert row["health/skipped_updates"] == 0
     assert any(not torch.equal(p, q) for p, q in zip(trainer.params, before))
-    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1
+    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1              # after the method is built (NFT: no CFG)
     b, n = 4, cfg.method.sampling_steps                  # smoke: 2 prompts x 2 generations, 6 steps
     fwd, bwd = expected_passes_per_sample(cfg.method, n)
     assert (row["count/transformer_fwd"], row["count/transformer_bwd"]) == (cfg_factor * b * fwd, cfg_factor * b * bwd)
