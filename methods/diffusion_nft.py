@@ -5,10 +5,10 @@ final latents and their rewards are kept, and the policy is trained by flow matc
 reward weighing an implicit positive and negative policy. Per step (``docs/methods/diffusion_nft.md`` has the
 sources, line by line, and every choice their code leaves open):
 
-1. ``rollout``: CFG-free samples (a family's ``guidance_scale`` is set to 1) of ``v_old`` (:class:`methods.old_policy.LaggingPolicy`) with ``method.sampler``
-   (:mod:`methods.ode_solvers`) on the family's sigma grid; no log-prob, no trajectory. Each sample draws the
-   ``floor(timestep_fraction x N)`` grid times it trains (a random subset, their per-sample permutation) and a noise
-   seed.
+1. ``rollout``: CFG-free samples (a CFG family's ``guidance_scale`` is set to 1) of ``v_old``
+   (:class:`methods.old_policy.LaggingPolicy`) with ``method.sampler`` (:mod:`methods.ode_solvers`) on the family's
+   sigma grid; no log-prob, no trajectory. Each sample draws the ``floor(timestep_fraction x N)`` grid times it
+   trains (a random subset, their per-sample permutation) and a noise seed.
 2. ``prepare_update``: advantages of the gathered rewards by prompt over the global std
    (:func:`methods.advantages.compute_advantages`, their ``PerPromptStatTracker`` with ``global_std``).
 3. ``backward`` per micro-batch: ``x_t = (1 - sigma) x0 + sigma eps`` at each trained time, ``v_old`` there (one

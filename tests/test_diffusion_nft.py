@@ -146,7 +146,8 @@ def test_a_rollout_keeps_only_final_latents_and_its_training_times():
 
 # -------------------------------------------------------------------------------------------- counts and config
 @pytest.mark.parametrize("overrides", [[], ["method.kl_beta=0"], ["model.finetune=lora", "model.lora_rank=4",
-                                                                   "method.sampler=unipc", "method.updates_per_rollout=2"]])
+                                                                   "method.sampler=unipc",
+                                                                   "method.updates_per_rollout=2"]])
 def test_pass_counts_per_step_are_the_declared_ones(tmp_path, overrides):
     cfg = compose([*SMOKE, "trainer.steps=1", *overrides])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
