@@ -4,6 +4,7 @@ Layout under ``<run_dir>/checkpoints/``::
 
     step_00000050/            a complete checkpoint (visible only once whole)
         .metadata, __*_0.distcp   DCP shards: trainable weights (full model or LoRA adapter) + optimizer
+                                  (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy)
         rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python)
         meta.json             step, data position, W&B run id, cumulative wall-clock, world size
         COMPLETE              written last, before the rename
@@ -85,8 +86,9 @@ class CheckpointManager:
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             meta: dict[str, Any]) -> Path:
-        """Collective: every rank must call it with the same ``step``."""
+             meta: dict[str, Any], extra: dict[str, torch.Tensor] | None = None) -> Path:
+        """Collective: every rank must call it with the same ``step``. ``extra``: more tensors (possibly
+        DTensors) saved under ``method``."""
         t0 = time.perf_counter()
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
@@ -95,7 +97,8 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+        dcp.save({"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})},
+                 checkpoint_id=str(tmp))
         torch.save(rng_state(), tmp / f"rank_{self.world.rank:05d}.pt")
         barrier()
         if self.world.is_main:
@@ -114,15 +117,17 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ------------------------------------------------------------------------------------------------
-    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Restore weights, optimizer and this rank's RNG state in place; return the checkpoint's meta."""
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+        """Restore weights, optimizer, the ``extra`` tensors (in place) and this rank's RNG state; return the
+        checkpoint's meta."""
         meta = json.loads((path / "meta.json").read_text())
         if meta["world_size"] != self.world.world_size:
             raise RuntimeError(f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
                                f"{self.world.world_size}; resume with the same cluster.tasks_per_node x nodes")
         opts = StateDictOptions(ignore_frozen_params=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
-        state = {"model": model_sd, "optim": optim_sd}
+        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=StateDictOptions(ignore_frozen_params=True, strict=False))

@@ -12,8 +12,10 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from launcher.config import CONF_DIR, register_configs
+from launcher import installation
+from launcher.config import register_configs
 
+installation.guard()   # before register_configs(), which may import methods/models/rewards
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 register_configs()
 log = logging.getLogger("rewardflow")
@@ -101,7 +103,7 @@ def _quiet_libraries() -> None:
         pass
 
 
-@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="train")
+@hydra.main(version_base="1.3", config_path=installation.config_path(), config_name="train")
 def main(cfg: DictConfig) -> float:
     return run(cfg)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any, Iterator
 
@@ -25,8 +24,6 @@ from launcher.trainer_config import OptimizerConfig, TrainerConfig
 
 #: the packages whose ``*_config`` modules hold component configs
 PACKAGES = ("launcher", "methods", "models", "rewards")
-#: the config tree the CLI composes (``train.yaml`` and its groups)
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 
 
 @dataclass
@@ -81,13 +78,21 @@ def register_configs() -> None:
 
 
 def compose(overrides: list[str] | None = None) -> DictConfig:
-    """The run config ``rewardflow <overrides>`` composes, for scripts and tests (the CLI composes through Hydra's
-    main, which also sets up the run directory)."""
+    """The run config ``rewardflow <overrides>`` composes, from the configs the CLI reads
+    (:func:`launcher.installation.config_path`), for scripts and tests; the CLI composes through Hydra's main, which
+    also sets up the run directory."""
     from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
+    from hydra import initialize_config_dir, initialize_config_module
     from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.installation import config_path
 
     register_configs()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+    path = config_path()
+    if path.startswith("pkg://"):
+        context = initialize_config_module(config_module=path.removeprefix("pkg://"), version_base="1.3")
+    else:
+        context = initialize_config_dir(config_dir=path, version_base="1.3")
+    with context:
         return hydra_compose(config_name="train", overrides=list(overrides or []))

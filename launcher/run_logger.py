@@ -1,6 +1,6 @@
 """Per-step metrics to ``metrics.jsonl`` in the run directory and, when configured, to a dashboard backend.
 
-The metric names are a public interface (README "Metrics"): ``step``, ``reward/*``, ``adv/*``, ``loss``,
+The metric names are a public interface (docs/metrics.md): ``step``, ``reward/*``, ``adv/*``, ``loss``,
 ``policy/*``, ``grad_norm``, ``lr``, ``time/*``, ``count/*``, ``health/*``.
 """
 from __future__ import annotations

@@ -131,7 +131,8 @@ class Trainer:
         latest = broadcast_object(str(self.checkpoints.latest() or ""))
         wandb_id = self._wandb_id_file().read_text().strip() if self._wandb_id_file().exists() else None
         if latest:
-            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer)
+            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer,
+                                         extra=self.method.state_dict())
             self.start_step = int(meta["step"]) + 1
             self.wallclock = float(meta.get("wallclock_s", 0.0))
             wandb_id = meta.get("wandb_run_id") or wandb_id
@@ -142,7 +143,8 @@ class Trainer:
         backend = self.logger.backend
         meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
                 "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
-        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta)
+        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta,
+                                     extra=self.method.state_dict())
 
     def _build_backend(self, run_id: str | None):
         lcfg = self.cfg.logger
@@ -187,6 +189,7 @@ class Trainer:
                 metrics.update(method.prepare_update(rollout))
                 skipped, update_metrics = self._run_updates(rollout, generator)
                 metrics.update(update_metrics)
+            method.end_step(step)
         # components may report extra per-step metrics (e.g. reward/<component>, jagg/cos_group_<g>)
         metrics.update(self.reward.step_metrics())
         metrics.update(method.step_metrics())

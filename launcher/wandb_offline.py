@@ -1,8 +1,8 @@
 """Read an offline W&B run (``run-<id>.wandb``) back: history rows, config, summary and metric definitions.
 
 wandb 0.31 ships no reader for these files; the format is a LevelDB-log-framed stream of
-``wandb.proto.wandb_internal_pb2.Record`` (cpu_stack.md §6). Used by tests and by the compare tool; pinned to
-``wandb>=0.31,<0.32`` in pyproject because it relies on that internal format.
+``wandb.proto.wandb_internal_pb2.Record`` (docs/development.md#wb-offline-files). Used by tests and by the compare
+tool; pinned to ``wandb>=0.31,<0.32`` in pyproject because it relies on that internal format.
 """
 from __future__ import annotations
 

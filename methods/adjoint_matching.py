@@ -1,4 +1,5 @@
-"""Adjoint Matching (Domingo-Enrich et al., ICLR 2025; spec eam.md §B) as a method of the shared trainer loop.
+"""Adjoint Matching (Domingo-Enrich et al., ICLR 2025, arXiv:2409.08861) as a method of the shared trainer loop
+(docs/methods/eam.md#adjoint-matching).
 
 One iteration, per sample (B = prompts_per_step x group_size):
 

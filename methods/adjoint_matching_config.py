@@ -1,5 +1,6 @@
-"""Config of method=adjoint_matching (Domingo-Enrich et al., ICLR 2025; spec eam.md §B): values from AM App. G as
-quoted secondhand (spec §B.6). The paper's optimizer (Adam lr 2e-5, betas 0.95/0.999, wd 1e-2) is set by presets."""
+"""Config of method=adjoint_matching (Domingo-Enrich et al., ICLR 2025; docs/methods/eam.md#adjoint-matching): values
+from AM App. G as quoted secondhand. The paper's optimizer (Adam lr 2e-5, betas 0.95/0.999, wd 1e-2) is set by
+presets."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -9,7 +9,10 @@ The loop in :mod:`launcher.trainer` runs, for every step::
         for micro_batch in update:
             method.backward(rollout, micro_batch, n)    # forward + backward, grads accumulate
         clip, step, zero_grad
+    method.end_step(step)                               # after the updates (e.g. move a lagging sampling policy)
     log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
+
+Checkpoints hold the trained weights, the optimizer and ``method.state_dict()``.
 
 A method never copies the loop; it only fills these hooks.
 """
@@ -117,6 +120,14 @@ class Method(abc.ABC):
         order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
         per_update = b // int(self.cfg.updates_per_rollout)
         return [list(order[u:u + per_update].split(int(self.cfg.micro_batch))) for u in range(0, b, per_update)]
+
+    def end_step(self, step: int) -> None:
+        """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors besides the trained weights that a resumed run needs (e.g. a lagging copy of the weights).
+        Checkpoints save them, and resuming loads them back into these very tensors, in place."""
+        return {}
 
     def step_metrics(self) -> dict[str, float]:
         """Extra metrics of the step just run (after its updates), logged as they are (e.g. diagnostics)."""

@@ -1,4 +1,4 @@
-"""EAM's endpoint-conditional kernel ``q_t(x_t | x_1)`` (spec eam.md §C.3; reconstruction [D]).
+"""EAM's endpoint-conditional kernel ``q_t(x_t | x_1)`` (docs/methods/eam.md#the-kernel; a reconstruction).
 
 The linear memoryless base of :mod:`methods.linear_base` has the same bridge as flow matching's noising process, so
 intermediate states are drawn from the endpoint alone, without simulating a trajectory:

@@ -1,4 +1,4 @@
-"""EAM's corrected terminal cost and its closed-form adjoint (spec eam.md §C.4–C.7; reconstruction [D]).
+"""EAM's corrected terminal cost and its closed-form adjoint (docs/methods/eam.md#the-corrected-terminal-cost).
 
 With the linear memoryless base of :mod:`methods.linear_base` the terminal cost is corrected so that the optimum is
 still ``p* ~ p_pre exp(lambda r)``:
@@ -34,5 +34,6 @@ def closed_form_adjoint(base: LinearMemorylessBase, terminal_grad: torch.Tensor,
 
 def velocity_target(base: LinearMemorylessBase, x_t: torch.Tensor, t: torch.Tensor,
                     terminal_grad: torch.Tensor) -> torch.Tensor:
-    """EAM's velocity-space regression target ``v_c(x_t, t) - c^2 (1 - t) / m_t * grad g(X_1)`` (spec §C.7)."""
+    """EAM's velocity-space regression target ``v_c(x_t, t) - c^2 (1 - t) / m_t * grad g(X_1)``
+    (docs/methods/eam.md#closed-form-adjoint-and-target)."""
     return base.velocity(x_t, t) - expand_time(base.target_coef(t), terminal_grad) * terminal_grad

@@ -1,5 +1,5 @@
-"""DanceGRPO (spec jagg_grpo.md §C.4): SDE at every step, and each sample trains its own random subset of
-floor(timestep_fraction (N - 1)) of its N - 1 trainable transitions (the last transition is never trained)."""
+"""DanceGRPO (docs/methods/grpo_baselines.md#trained-steps): SDE at every step, and each sample trains its own random
+subset of floor(timestep_fraction (N - 1)) of its N - 1 trainable transitions (the last transition is never trained)."""
 from __future__ import annotations
 
 import torch

@@ -1,9 +1,10 @@
-"""Efficient Adjoint Matching (EAM; spec eam.md §C) as a method of the shared trainer loop.
+"""Efficient Adjoint Matching (EAM; arXiv:2605.11480) as a method of the shared trainer loop (docs/methods/eam.md).
 
-**Reconstruction.** The EAM paper body was not available; this follows the spec's reconstruction from the abstract
-and first principles, verified on the Gaussian toy (tests/test_soc_toy.py). Every reconstructed choice is a config
-flag: the base constant ``c``, the terminal-score estimator (``terminal_score``, ``delta``), the time sampling of the
-loss (``time_sampling``, ``loss_timesteps``, ``t_min``) and its weight (``loss_weight``).
+**Reconstruction.** The EAM paper body was not available; this follows our reconstruction from the abstract
+and first principles (docs/methods/eam.md#what-is-reconstructed), verified on the Gaussian toy
+(tests/test_soc_toy.py). Every reconstructed choice is a config flag: the base constant ``c``, the terminal-score
+estimator (``terminal_score``, ``delta``), the time sampling of the loss (``time_sampling``, ``loss_timesteps``,
+``t_min``) and its weight (``loss_weight``).
 
 One iteration, per sample (B = prompts_per_step x group_size):
 
@@ -19,7 +20,7 @@ One iteration, per sample (B = prompts_per_step x group_size):
    ``w(t) ||v_theta(X_t, t) - v_tgt||^2`` with ``w = 4 / sigma(t)^2`` (offset ``sigma_offset``), i.e. the AM loss
    ``||u_theta + sigma Phi grad g||^2`` in control space; averaged over the K_t times.
 
-``terminal_score=anchor`` is the spec's Option B (a biased ablation): the target
+``terminal_score=anchor`` is a biased ablation (docs/methods/eam.md#the-anchor-ablation): the target
 ``v_pre(X_t, t) + c^2 (1 - t) / m_t lambda grad r(X_1)`` (one extra frozen forward per loss time, no terminal score).
 
 Transformer passes per sample: ``endpoint_nfe`` + 1 forwards (endpoint, Tweedie), K_t forward + backward for the
@@ -59,20 +60,20 @@ class EAM(SOCMethod):
         super().check(cfg, errors)
         m = cfg.method
         errors.require(m.c > 0, "method.c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
-                       f"suits unit-variance latents (c -> infinity diverges, spec §F.6)")
+                       f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)")
         errors.require(m.endpoint_nfe >= 1, "method.endpoint_nfe",
-                       f"must be >= 1 (got {m.endpoint_nfe}); the spec uses 10")
+                       f"must be >= 1 (got {m.endpoint_nfe}); the default is 10")
         errors.require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
         errors.require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
         errors.require(m.loss_timesteps >= 1, "method.loss_timesteps",
                        f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)")
-        errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the spec uses 1/40")
+        errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
         if m.time_sampling == TimeSampling.am_grid:
             errors.require(m.loss_timesteps <= m.sampling_steps, "method.loss_timesteps",
                            f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid "
                            f"(got {m.loss_timesteps})")
 
-    # -- loss times (spec §C.10) --------------------------------------------------------------------------------
+    # -- loss times (docs/methods/eam.md#loss-times) ------------------------------------------------------------
     def loss_times(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, K_t) float64 AM times of the loss terms.
 

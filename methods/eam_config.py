@@ -1,5 +1,5 @@
-"""Config of method=eam (spec eam.md §C; a reconstruction, see the README's "EAM and Adjoint Matching"): few-step ODE
-endpoint, kernel samples q_t(.|X_1), closed-form adjoint of a linear memoryless base, corrected terminal cost."""
+"""Config of method=eam (a reconstruction: docs/methods/eam.md#eam, #what-is-reconstructed): few-step ODE endpoint,
+kernel samples q_t(.|X_1), closed-form adjoint of a linear memoryless base, corrected terminal cost."""
 from __future__ import annotations
 
 from dataclasses import dataclass

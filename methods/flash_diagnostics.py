@@ -1,4 +1,4 @@
-"""Per-step diagnostics of Flash-GRPO, logged through ``Method.step_metrics`` (names in README, Flash-GRPO).
+"""Per-step diagnostics of Flash-GRPO, logged through ``Method.step_metrics`` (docs/methods/flash_grpo.md#metrics).
 
 * ``flash/kstar_<k>``: how many of this rank's rollouts had their SDE step at k (one metric per pool index, zeros
   included, so the W&B panels form a histogram over steps); ``flash/kstar_mean``.
@@ -6,9 +6,10 @@
   ``flash/weight_denom``: the normalised weights and the mean 1/lambda they were divided by (mean over updates).
 * ``flash/pre_update_clip_frac`` and ``flash/pre_update_ratio_dev_max``: clip fraction and max |ratio - 1| of the
   first update's samples, evaluated before any optimizer step of the rollout, i.e. pure rollout-vs-replay numerical
-  drift (spec §G.7: the 1e-3 clip range is tight; a fraction above ~0.05 means training on numerical noise).
+  drift (the 1e-3 clip range is tight; a fraction above ~0.05 means training on numerical noise;
+  docs/methods/flash_grpo.md#advantages-and-loss).
 * ``flash/kl_ref_<k>``: mean KL to the reference per SDE step (when ``kl_beta`` > 0): its gradient scales as
-  lambda^2 (§C.5).
+  lambda^2 (docs/methods/flash_grpo.md#advantages-and-loss).
 """
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ class FlashDiagnostics:
                 self._warned = True
                 log.warning("flash_grpo: %.1f%% of samples are clipped before any update (max |ratio - 1| = %.2e, "
                             "clip_range %.0e): rollout and replay numerics differ (dtype, attention backend, CFG, "
-                            "compile). Fix: make them identical, or raise method.clip_range (e.g. 1e-2); spec §G.7",
+                            "compile). Fix: make them identical, or raise method.clip_range (e.g. 1e-2); see "
+                            "docs/methods/flash_grpo.md#advantages-and-loss",
                             100 * frac, self.pre_dev_max, self.clip_range)
         out.update({f"flash/kl_ref_{k:02d}": self.kl_sum[k] / self.kl_n[k] for k in sorted(self.kl_sum)})
         self._reset()

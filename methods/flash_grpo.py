@@ -1,14 +1,17 @@
-"""Flash-GRPO (spec flash_grpo.md): one-step GRPO with iso-temporal grouping and temporal gradient rectification.
+"""Flash-GRPO (arXiv:2605.15980; docs/methods/flash_grpo.md): one-step GRPO with iso-temporal grouping and temporal
+gradient rectification.
 
 What differs from the shared GRPO machinery, and nothing else:
 
 * rollouts are ODE-SDE-ODE: exactly one stochastic step k* per rollout, drawn once per prompt group (keyed by group
-  id) from ``sde_index_pool`` (§B.2-B.3); ODE steps are the plain Euler step (g = 0);
-* only k* is trained, so an update costs one transformer forward + backward per rollout (§C.7);
+  id) from ``sde_index_pool`` (docs/methods/flash_grpo.md#where-the-sde-step-sits); ODE steps are the plain Euler
+  step (g = 0);
+* only k* is trained, so an update costs one transformer forward + backward per rollout;
 * each sample's clipped objective is multiplied by ``w = (1/lambda(t_k*)) / mean(1/lambda)``, the mean taken over
-  the whole update across ranks before its micro-batches (§C.2); the ratio itself is untouched, so clipping
-  decisions do not change (§C.3);
-* advantages are keyed by group id (not prompt string), with the official global std (§C.4).
+  the whole update across ranks before its micro-batches; the ratio itself is untouched, so clipping decisions do
+  not change (docs/methods/flash_grpo.md#temporal-gradient-rectification);
+* advantages are keyed by group id (not prompt string), with the official global std
+  (docs/methods/flash_grpo.md#advantages-and-loss).
 """
 from __future__ import annotations
 
@@ -51,7 +54,7 @@ class FlashGRPO(GRPO):
                            f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]")
             errors.require(all(0 <= k <= last for k in pool), "method.sde_index_pool",
                            f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
-                           f"never the SDE step (Delta and lambda are largest there, spec §B.2). Fix: "
+                           f"never the SDE step (Delta and lambda are largest there). Fix: "
                            f"method.sde_index_pool=null or drop the out-of-range indices")
         errors.require(bool(m.init_same_noise) == bool(m.share_init_noise), "method.init_same_noise",
                        f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
@@ -74,7 +77,7 @@ class FlashGRPO(GRPO):
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         rollout = super().rollout(prompts, generator)
         k = rollout.train_steps[:, 0]
-        # what Flash-GRPO stores per rollout beside the states (§B.3): k*, the model's time input tau and 1/lambda
+        # what Flash-GRPO stores per rollout beside the states: k*, the model's time input tau and 1/lambda
         rollout.extras.update(sde_index=k, tau=self.model_time(self.sde.sigma(k)),
                               inv_lambda=1.0 / rectification_factor(self.sde, k))
         self.diagnostics.on_rollout(k, rollout.extras["inv_lambda"])

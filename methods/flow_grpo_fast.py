@@ -1,4 +1,5 @@
-"""Flow-GRPO-Fast (spec jagg_grpo.md §E): ODE sampling with one SDE window of ``window_size`` consecutive steps,
+"""Flow-GRPO-Fast (docs/methods/grpo_baselines.md#the-flow-grpo-fast-window): ODE sampling with one SDE window of
+``window_size`` consecutive steps,
 whose start is drawn uniformly from ``[lo, hi - size]`` once per rollout batch; only the window is trained.
 Outside the window the step is exactly the ODE Euler step (g = 0)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Shared GRPO machinery for flow models (spec jagg_grpo.md §B–C): SDE rollouts with log-probs, advantages, the
+"""Shared GRPO machinery for flow models (docs/methods/grpo_baselines.md): SDE rollouts with log-probs, advantages, the
 PPO-clipped loss with optional KL, and the per-(sample, step) backward. DanceGRPO, Flow-GRPO and Flow-GRPO-Fast
 differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_train_steps` and in config values.
 """
@@ -9,14 +9,13 @@ from typing import Any
 
 import torch
 
-from methods.advantages import compute_advantages
+from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.grpo_config import Advantage, Decode, GRPOConfig
+from methods.grpo_config import Decode, GRPOConfig
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
 from models.backbone import Backbone
-from rewardflow.distributed import all_gather_cat, all_gather_objects
 from rewardflow.errors import ConfigErrors
 
 
@@ -107,20 +106,14 @@ class GRPO(Method):
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def advantage_keys(self, rollout: Rollout) -> list:
-        """What groups the samples for advantages: the prompt group (``advantage=group``) or the prompt string
-        (``advantage=prompt``: Flow-GRPO groups equal prompts over the gathered batch)."""
-        return rollout.group_keys if self.cfg.advantage == Advantage.group else rollout.prompts
+        """What groups the samples for advantages (``method.advantage``: by group, or by prompt string over the
+        gathered batch as Flow-GRPO)."""
+        return advantage_keys(rollout, self.cfg.advantage)
 
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages over the whole step: rewards and keys are gathered from every rank (``global_std`` needs all
-        rewards), then each rank keeps its own rows."""
-        keys = self.advantage_keys(rollout)
-        rewards = all_gather_cat(rollout.rewards)
-        all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
-        adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        mine = adv.values.view(self.world.world_size, -1)[self.world.rank]
-        rollout.advantages = mine.to(rollout.images.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+        """Advantages over the whole step, from every rank's rewards (:func:`methods.advantages.step_advantages`)."""
+        return step_advantages(rollout, self.advantage_keys(rollout), self.cfg.advantage, self.cfg.global_std,
+                               self.cfg.adv_clip_max, self.world)
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
@@ -165,7 +158,7 @@ class GRPO(Method):
         return self.backbone.velocity(x, t, embeds)
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Exact per-step backward: one forward + backward per trained transition (spec §C.2), each loss divided by
+        """Exact per-step backward: one forward + backward per trained transition, each loss divided by
         ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]

@@ -1,4 +1,4 @@
-"""JAGG, Jacobian-Aggregated Group Gradient (Ding et al., arXiv:2607.17572; spec jagg_grpo.md §D).
+"""JAGG, Jacobian-Aggregated Group Gradient (Ding et al., arXiv:2607.17572; docs/methods/jagg.md).
 
 JAGG keeps a GRPO baseline's sampler, advantages, PPO loss, normalisation and update cadence, and replaces only the
 backward of groups of W consecutive trained steps: W forwards with a graph only at the two endpoints, the exact
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class JAGG(GRPO):
-    """JAGG on top of the GRPO baseline named by ``cfg.base`` (see the module docstring and README)."""
+    """JAGG on top of the GRPO baseline named by ``cfg.base`` (see the module docstring and docs/methods/jagg.md)."""
 
     def __new__(cls, *args, **kwargs):
         # JAGG(cfg, backbone) builds the variant for cfg.base; variants (and copy/pickle) construct themselves
@@ -131,7 +131,7 @@ class JAGG(GRPO):
     # -- update -------------------------------------------------------------------------------------------------
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
         """Slot by slot: JAGG groups (index < n_J) get :meth:`jagg_group_backward`, the others the baseline's exact
-        per-step backward. Every per-step loss is divided by ``update_size x T`` as in the baseline (spec §D.7), so
+        per-step backward. Every per-step loss is divided by ``update_size x T`` as in the baseline, so
         with ``jagg_frac=0`` this is the baseline's backward, operation for operation."""
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]
@@ -156,10 +156,11 @@ class JAGG(GRPO):
 
     def jagg_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
                             totals: dict[str, float], weight: float) -> None:
-        """One JAGG group (spec §D.3) for rows ``samples`` (m,) at transitions ``steps`` (m, W).
+        """One JAGG group (docs/methods/jagg.md#one-jagg-group), rows ``samples`` (m,) at transitions ``steps`` (m, W).
 
         1. W forwards: the W - 2 intermediate ones without a graph, the two endpoints as **one** batch of 2m rows with
-           per-row timesteps, so the single backward below visits every (sharded) block once (spec §H.10).
+           per-row timesteps, so the single backward below visits every (sharded) block once
+           (docs/methods/jagg.md#under-fsdp2).
         2. exact losses and upstream gradients ``s_j`` on detached proxies (:meth:`upstream_gradients`).
         3.-4. t-weights and ``s_base``, ``s_corr`` (:mod:`methods.jagg_weights`).
         5. one backward through the endpoint batch: 2m transformer backward rows.
@@ -179,8 +180,9 @@ class JAGG(GRPO):
                            velocities: list[torch.Tensor], norm: int):
         """Per-step losses ``L_j`` (PPO-clipped, plus beta KL_j when ``kl_beta > 0``) divided by ``norm``, and
         ``s_j = dL_j / dv_j`` by autograd through the SDE log-prob and the PPO term on detached fp32 (or fp64)
-        copies of the velocities: a few element-wise ops, never the transformer (spec §D.3 step 2). The clip masks
-        and ratios are those of the current parameters, so this holds off-policy too (§H.11).
+        copies of the velocities: a few element-wise ops, never the transformer (step 2 of
+        docs/methods/jagg.md#one-jagg-group). The clip masks and ratios are those of the current parameters, so this
+        holds off-policy too.
 
         Returns ``(s (W, m, *latent), loss (W m,), stats)`` with rows ordered step-major.
         """
@@ -197,7 +199,7 @@ class JAGG(GRPO):
 
     def interpolation_weights(self, steps: torch.Tensor) -> torch.Tensor:
         """``alpha`` (W, m) for transitions ``steps`` (m, W): t-weighted on the exact sigma schedule (default), on the
-        time the model is fed (``alpha=model_time``: DanceGRPO's floor(1000 sigma)/1000, spec §H.2), or the
+        time the model is fed (``alpha=model_time``: DanceGRPO's floor(1000 sigma)/1000), or the
         prototype's index weights (``alpha=index``)."""
         w, m = steps.shape[1], steps.shape[0]
         if self.cfg.alpha == Alpha.index:
@@ -209,7 +211,7 @@ class JAGG(GRPO):
     def _diagnose_group(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
                         totals: dict[str, float], weight: float, group: int) -> None:
         """Train the group by its route as usual, also compute the other route's gradient (discarded), and record
-        cosine and relative error of the JAGG gradient against the exact one (spec §D.7)."""
+        cosine and relative error of the JAGG gradient against the exact one (docs/methods/jagg.md#diagnostic-mode)."""
         jagg = self.layout.is_jagg(group)
         route, other = ((self.jagg_group_backward, self.exact_group_backward) if jagg
                         else (self.exact_group_backward, self.jagg_group_backward))
@@ -232,8 +234,9 @@ class JAGG(GRPO):
 
 class JAGGDanceGRPO(JAGG, DanceGRPO):
     """JAGG over DanceGRPO. DanceGRPO trains a random subset of steps per sample, which does not form groups of
-    consecutive steps (spec §H.3), so JAGG trains all N - 1 trainable steps (the paper: 21 sampling steps, 20 trained,
-    5 groups of 4); ``method.group_fraction < 1`` subsamples whole groups per step instead."""
+    consecutive steps (docs/methods/jagg.md#which-steps-are-trained-per-baseline), so JAGG trains all N - 1
+    trainable steps (the paper: 21 sampling steps, 20 trained, 5 groups of 4); ``method.group_fraction < 1``
+    subsamples whole groups per step instead."""
 
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
@@ -263,7 +266,7 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
 
 
 class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
-    """JAGG over Flow-GRPO-Fast: the SDE window's steps (spec §E recommends W = window_size, jagg_frac = 1)."""
+    """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
 
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Config of method=jagg (Ding et al., arXiv:2607.17572; spec jagg_grpo.md §D): JAGG over the GRPO baseline chosen
+"""Config of method=jagg (Ding et al., arXiv:2607.17572; docs/methods/jagg.md): JAGG over the GRPO baseline chosen
 by ``base``. Every sampler / advantage / trained-step key follows that baseline's stock value (``stock.<base>``:
 the baseline's own config defaults, except where JAGG adapts them), and any of them can still be set directly."""
 from __future__ import annotations
@@ -23,7 +23,7 @@ class JAGGBase(StrEnum):
 
 
 class Alpha(StrEnum):
-    sigma = "sigma"             # t-weights on the exact sigma schedule (spec §H.2)
+    sigma = "sigma"             # t-weights on the exact sigma schedule
     model_time = "model_time"   # on the time the model is fed (DanceGRPO's floor(1000 sigma) / 1000)
     index = "index"             # j / (W - 1), the prototype's (not exact on a shifted schedule)
 
@@ -31,7 +31,7 @@ class Alpha(StrEnum):
 class Ablation(StrEnum):
     none = "none"
     endpoints_only = "endpoints_only"       # s_0 and s_{W-1} only: the same cost, as if 2 of W steps were trained
-    nearest_endpoint = "nearest_endpoint"   # alpha rounded to {0, 1} (spec §D.6, definition unconfirmed)
+    nearest_endpoint = "nearest_endpoint"   # alpha rounded to {0, 1} (definition unconfirmed)
 
 
 class Remainder(StrEnum):
@@ -52,15 +52,16 @@ def _stock(baseline: GRPOConfig, **jagg: Any) -> dict[str, Any]:
 
 
 def jagg_stock() -> dict[str, dict[str, Any]]:
-    """Per-base stock values: each baseline's config defaults, with JAGG's adaptations and its ``jagg_frac``."""
+    """Per-base stock values: each baseline's config defaults, with JAGG's adaptations and its ``jagg_frac``
+    (docs/methods/jagg.md#which-steps-are-trained-per-baseline)."""
     return {
-        # DanceGRPO trains a random 60 % of the steps, which cannot form groups of consecutive steps (spec §H.3):
+        # DanceGRPO trains a random 60 % of the steps, which cannot form groups of consecutive steps:
         # JAGG trains all N-1 steps in groups (group_fraction subsamples groups instead); 21 sampling steps give 20
         # trained steps = 5 groups of 4 (the author's Qwen-Image script; Flux: 17). jagg_frac 0.6: the paper's.
         "dance_grpo": _stock(DanceGRPOConfig(), sampling_steps=21, timestep_fraction=1.0, jagg_frac=0.6),
         # trains floor(0.99 N) = 9 of 10 steps: 2 groups of 4 + an exact tail step
         "flow_grpo": _stock(FlowGRPOConfig(), jagg_frac=0.6),
-        # one group of W = 4 SDE steps (the stock window of 2 saves nothing, spec §E, §H.6); the window is
+        # one group of W = 4 SDE steps (the stock window of 2 saves nothing); the window is
         # high-noise (start in [0, 1]), so it is the JAGG group
         "flow_grpo_fast": _stock(FlowGRPOFastConfig(), window_size=4, jagg_frac=1.0),
     }

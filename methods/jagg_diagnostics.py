@@ -1,4 +1,5 @@
-"""JAGG's diagnostic mode (spec jagg_grpo.md §D.7): the exact and the JAGG gradient of the same group, compared.
+"""JAGG's diagnostic mode (docs/methods/jagg.md#diagnostic-mode): the exact and the JAGG gradient of the same group,
+compared.
 
 Users choose ``jagg_frac`` for a new model from the per-group cosine of the two gradients (the paper reports
 0.74-0.85 on groups 0-2). The probe isolates one group's contribution to ``.grad`` by stashing the gradient

@@ -1,4 +1,4 @@
-"""Which trained steps form JAGG groups, and which groups JAGG handles (spec jagg_grpo.md §D.2, §H.3–H.5).
+"""Which trained steps form JAGG groups, and which groups JAGG handles (docs/methods/jagg.md#groups-and-routing).
 
 The M trainable steps of a rollout (the baseline's rule, in denoising order: sigma decreasing) are cut into
 G = M // W groups of W consecutive steps. The first ``floor(jagg_frac G)`` groups, the high-noise end where the
@@ -56,7 +56,8 @@ class GroupLayout:
     Args:
         num_steps: M, the number of trainable steps per sample.
         window: W, steps per group (>= 2).
-        jagg_frac: JAGG handles the first ``floor(jagg_frac G)`` groups (floor, spec §H.4).
+        jagg_frac: JAGG handles the first ``floor(jagg_frac G)`` groups (floor: see
+            docs/methods/jagg.md#reconstructed-or-unconfirmed-choices).
         remainder: ``exact`` (a trailing exact group of ``M mod W`` steps) or ``error`` (M must divide by W).
     """
 

@@ -1,4 +1,5 @@
-"""JAGG's interpolation weights and the folding of per-step upstream gradients into two (spec jagg_grpo.md §D.3–D.6).
+"""JAGG's interpolation weights and the folding of per-step upstream gradients into two
+(docs/methods/jagg.md#one-jagg-group).
 
 Within a group of W steps with times t_0 > ... > t_{W-1}, JAGG replaces the parameter-Jacobian of step j by
 ``(1 - alpha_j) J_0 + alpha_j J_{W-1}`` with t-weighted ``alpha_j = (t_0 - t_j) / (t_0 - t_{W-1})``, so the group's
@@ -12,9 +13,10 @@ from methods.jagg_config import Ablation
 
 
 def time_weights(times: torch.Tensor) -> torch.Tensor:
-    """t-weighted ``alpha`` (§D.3): ``times`` (W, m) per step and row -> (W, m) with alpha_0 = 0, alpha_{W-1} = 1.
+    """t-weighted ``alpha``: ``times`` (W, m) per step and row -> (W, m) with alpha_0 = 0, alpha_{W-1} = 1.
 
-    Exact when the velocity is affine in (z, t) and the states lie on the same t-weighted line (Theorem 1, §D.5).
+    Exact when the velocity is affine in (z, t) and the states lie on the same t-weighted line (Theorem 1,
+    docs/methods/jagg.md#the-gradient-identity-and-theorem-1).
     """
     span = times[0] - times[-1]
     if bool((span == 0).any()):
@@ -25,7 +27,7 @@ def time_weights(times: torch.Tensor) -> torch.Tensor:
 
 def index_weights(window: int, rows: int, dtype: torch.dtype = torch.float64,
                   device: torch.device | None = None) -> torch.Tensor:
-    """The prototype's index-uniform ``alpha_j = j / (W - 1)`` (§D.8); not exact on a shifted schedule (§D.5 d)."""
+    """The prototype's index-uniform ``alpha_j = j / (W - 1)``; not exact on a shifted schedule (Theorem 1, d)."""
     return torch.linspace(0, 1, window, dtype=dtype, device=device).unsqueeze(1).expand(window, rows)
 
 
@@ -37,7 +39,8 @@ def endpoint_weights(alpha: torch.Tensor, ablation: str = "none") -> tuple[torch
         ablation: ``none`` (JAGG: 1 - alpha, alpha); ``endpoints_only`` (s_0 on the first endpoint and s_{W-1} on the
             last, the intermediate steps dropped: the same cost as JAGG, equivalent to training 2 of the W steps);
             ``nearest_endpoint`` (alpha rounded to {0, 1}; alpha = 0.5 goes to the last endpoint). Both ablations are
-            readings of the paper's "endpoint backward without interpolation" (§D.6, definition unconfirmed).
+            readings of the paper's "endpoint backward without interpolation" (definition unconfirmed:
+            docs/methods/jagg.md#reconstructed-or-unconfirmed-choices).
     """
     if ablation == "none":
         return 1 - alpha, alpha
@@ -52,7 +55,7 @@ def endpoint_weights(alpha: torch.Tensor, ablation: str = "none") -> tuple[torch
 
 
 def aggregate(upstream: torch.Tensor, w_base: torch.Tensor, w_corr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``s_base = sum_j w_base_j s_j`` and ``s_corr = sum_j w_corr_j s_j`` (§D.3 step 4).
+    """``s_base = sum_j w_base_j s_j``, ``s_corr = sum_j w_corr_j s_j`` (step 4 of docs/methods/jagg.md#one-jagg-group).
 
     Args:
         upstream: (W, m, *latent) per-step upstream gradients ``s_j = dL_j / dv_j``.

@@ -1,4 +1,5 @@
-"""Adjoint Matching's lean adjoint ODE, integrated backward with vector-Jacobian products (spec eam.md §B.4).
+"""Adjoint Matching's lean adjoint ODE (arXiv:2409.08861, Eqs. 37-41), integrated backward with vector-Jacobian
+products (docs/methods/eam.md#adjoint-matching).
 
     d a / dt = -[grad_x b(X_t, t)]^T a,     a(1) = grad g(X_1) = -lambda grad r(X_1),
 

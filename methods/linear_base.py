@@ -1,8 +1,8 @@
-"""EAM's linear memoryless base process (spec eam.md §C.2–C.3; reconstruction [D], behind ``method.c``).
+"""EAM's linear memoryless base process (docs/methods/eam.md#the-linear-base; a reconstruction, behind ``method.c``).
 
 EAM replaces Adjoint Matching's base drift ``2 v_pre - kappa x`` by a *linear* drift ``D_c(t) x`` that keeps the
 same memoryless ``sigma(t)`` and the same bridge as the flow-matching noising process. The admissible choice derived
-in the spec is the memoryless SDE of the flow-matching model whose data is ``N(0, c^2 I)``; for rectified flow, with
+in the docs is the memoryless SDE of the flow-matching model whose data is ``N(0, c^2 I)``; for rectified flow, with
 ``m_t = (1 - t)^2 + c^2 t^2``:
 
 * its velocity is linear: ``v_c(x, t) = (c^2 t - (1 - t)) / m_t * x = m_t' / (2 m_t) * x``;
@@ -12,8 +12,9 @@ in the spec is the memoryless SDE of the flow-matching model whose data is ``N(0
   ``Phi(1, t) = exp(int_t^1 D_c) = c^2 t / m_t``;
 * its bridge ``q_t(x_t | x_1) = N(t x_1, (1 - t)^2 I)`` does not depend on ``c`` (see :mod:`methods.bridge_kernel`).
 
-``c`` is the paper's constant "C" only by our guess (spec §G.1); ``c = 1`` suits unit-variance latents. Do not use
-``c -> infinity`` (the improper base ``D = 1/t``): its target weights explode near the noise end (spec §F.6).
+``c`` is the paper's constant "C" only by our guess (docs/methods/eam.md#what-is-reconstructed); ``c = 1`` suits
+unit-variance latents. Do not use ``c -> infinity`` (the improper base ``D = 1/t``): its target weights explode near
+the noise end.
 All coefficients are computed in float64 from per-sample times ``t`` (B,).
 """
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""PPO-clipped GRPO loss and the KL regulariser to the reference policy (spec jagg_grpo.md §C.2–C.3)."""
+"""PPO-clipped GRPO loss and the KL regulariser to the reference policy
+(docs/methods/grpo_baselines.md#ppo-loss-and-normalisation, docs/methods/grpo_baselines.md#kl-to-the-reference)."""
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,7 @@ def kl_to_reference(mean: torch.Tensor, ref_mean: torch.Tensor, g: torch.Tensor,
     """Per-sample KL between the policy's and the reference's Gaussian steps (equal covariances).
 
     Flow-GRPO computes ``mean_D ||mu - mu_ref||^2 / (2 g^2)`` (``exact=False``); the exact Gaussian KL also divides
-    by ``|Delta|`` (``exact=True``), which amounts to a per-step rescaling of beta (spec §C.3).
+    by ``|Delta|`` (``exact=True``), which amounts to a per-step rescaling of beta.
     """
     sq = ((mean - ref_mean.to(mean.dtype)) ** 2).flatten(1).mean(1)
     denom = 2 * g.to(mean.dtype) ** 2

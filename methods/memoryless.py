@@ -1,4 +1,4 @@
-"""The memoryless noise schedule of Adjoint Matching for rectified flow (spec eam.md §A.3–A.4, §B.2–B.3).
+"""The memoryless noise schedule of Adjoint Matching for rectified flow (docs/methods/eam.md#the-control-problem).
 
 AM time: ``t = 0`` noise, ``t = 1`` data, ``X_t = t X_1 + (1 - t) X_0``. With ``kappa_t = 1/t``,
 ``eta_t = (1 - t)/t`` and ``sigma(t) = sqrt(2 eta_t)``, the SDE ``dX = (2 v - kappa_t X) dt + sigma(t) dB`` has the
@@ -63,13 +63,13 @@ class MemorylessSchedule:
 
     def em_step(self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float | torch.Tensor,
                 noise: torch.Tensor) -> torch.Tensor:
-        """Euler–Maruyama step ``x + dt (2 v - kappa x) + sqrt(dt) sigma(t) noise`` (spec §B.2)."""
+        """Euler–Maruyama step ``x + dt (2 v - kappa x) + sqrt(dt) sigma(t) noise`` (AM's rollout)."""
         dt = torch.as_tensor(dt, dtype=torch.float64)
         dt = dt.expand(t.shape) if dt.dim() == 0 else dt
         return (x + expand_time(dt, x) * self.drift(x, v, t)
                 + expand_time(torch.sqrt(dt) * self.sigma(t), x) * noise.to(x.dtype))
 
-    # -- control parameterisation (spec §B.3) ------------------------------------------------------------------
+    # -- control parameterisation (docs/methods/eam.md#the-control-problem) --------------------------------------
     def control(self, v_finetuned: torch.Tensor, v_base: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         """``u = (2 / sigma(t)) (v_finetuned - v_base)``: the control that turns the base drift into the fine-tuned
         one (zero at initialisation when the base is the frozen pretrained model)."""
@@ -81,11 +81,12 @@ class MemorylessSchedule:
 
 
 def score_from_velocity(v: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Rectified-flow score ``grad log p_t(x) = (t v - x) / (1 - t)`` (spec §A.3); singular at ``t = 1``."""
+    """Rectified-flow score ``grad log p_t(x) = (t v - x) / (1 - t)`` (docs/methods/eam.md#time-convention); singular at
+    ``t = 1``."""
     tt = expand_time(t.double(), x)
     return (tt * v - x) / (1.0 - tt)
 
 
 def denoised(x: torch.Tensor, v: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """Tweedie's posterior mean ``E[X_1 | X_t = x] = x + (1 - t) v(x, t)`` (spec §A.3)."""
+    """Tweedie's posterior mean ``E[X_1 | X_t = x] = x + (1 - t) v(x, t)`` (docs/methods/eam.md#time-convention)."""
     return x + expand_time(1.0 - t.double(), x) * v

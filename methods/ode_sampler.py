@@ -1,4 +1,4 @@
-"""Deterministic Euler sampler in AM time, for EAM's few-step endpoint (spec eam.md §C.9).
+"""Deterministic Euler sampler in AM time, for EAM's few-step endpoint (docs/methods/eam.md#one-iteration-side-by-side).
 
 ``x_{i+1} = x_i + (t_{i+1} - t_i) v(x_i, t_i)`` on an increasing AM-time grid; with ``t = 1 - sigma`` this is
 exactly diffusers' ``FlowMatchEulerDiscreteScheduler`` step on the sigma grid (time shift included).

@@ -1,11 +1,11 @@
-"""Temporal gradient rectification of Flash-GRPO (spec flash_grpo.md §A.6, §C.1–C.2).
+"""Temporal gradient rectification of Flash-GRPO (docs/methods/flash_grpo.md#temporal-gradient-rectification).
 
-The gradient of a one-step SDE log-prob with respect to the predicted velocity is ``-lambda(t) xi / D`` (§C.1):
+The gradient of a one-step SDE log-prob with respect to the predicted velocity is ``-lambda(t) xi / D``:
 the step's discretisation puts an implicit weight ``lambda(t_k)`` on every sample trained at step k, unrelated to
 how informative the sample is. Flash-GRPO multiplies each sample's clipped objective by ``w = (1/lambda) / mean(1/lambda)``
 so every prompt contributes on equal terms whatever its SDE step, with the average weight 1 (learning rate unchanged).
 
-``lambda`` is always computed from the sampler's own sigmas and noise kernel (never a hard-coded table, §G.11):
+``lambda`` is always computed from the sampler's own sigmas and noise kernel (never a hard-coded table):
 ``lambda = |d mu / d v| / s = Delta (1 + sigma_t^2 (1 - t) / (2 t)) / (sigma_t sqrt(Delta))``.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rewardflow.distributed import all_reduce_sum
 def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Tensor:
     """``lambda(t_k)`` (float64) for step indices ``index`` (B,), from the sampler's sigmas and its ``g``.
 
-    Equals ``sqrt(Delta) / sigma_t + sigma_t sqrt(Delta) (1 - t) / (2 t)`` (§A.6); ``velocity_coef`` is the signed
+    Equals ``sqrt(Delta) / sigma_t + sigma_t sqrt(Delta) (1 - t) / (2 t)``; ``velocity_coef`` is the signed
     ``d mu / d v`` (negative, since ``Delta`` is taken as ``sigma_{k+1} - sigma_k`` there).
     """
     sigma = sde.sigma(index)
@@ -35,7 +35,7 @@ def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: 
 
     Args:
         inv_lambda: ``1/lambda`` of this rank's samples of the update (float64).
-        norm: ``update`` (official code, §C.2 and §G.2): the mean of ``1/lambda`` over the whole update *across
+        norm: ``update`` (official code): the mean of ``1/lambda`` over the whole update *across
             ranks*, so the weights average to exactly 1 over the update; ``pool``: the mean over the candidate
             SDE steps (UniRL's choice; equal in expectation for uniform draws); ``none``: raw ``1/lambda``
             (changes the effective learning rate, ~5.6x for Wan-20).

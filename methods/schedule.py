@@ -1,4 +1,4 @@
-"""Sigma schedules for rectified-flow sampling (spec jagg_grpo.md §A.2).
+"""Sigma schedules for rectified-flow sampling (docs/methods/grpo_baselines.md#sigma-schedules).
 
 Time runs from noise (sigma = 1) to data (sigma = 0); ``x_sigma = (1 - sigma) x0 + sigma eps``.
 Two schedules exist in the baselines and both are kept on purpose:
@@ -36,5 +36,5 @@ def make_sigmas(kind: str, num_steps: int, shift: float, backbone: Backbone) -> 
 
 
 def quantize_model_time(sigma: torch.Tensor) -> torch.Tensor:
-    """DanceGRPO feeds the transformer floor(1000 sigma) / 1000 (spec §A.2); the SDE itself uses exact sigma."""
+    """DanceGRPO feeds the transformer floor(1000 sigma) / 1000; the SDE itself uses exact sigma."""
     return torch.floor(sigma * 1000.0) / 1000.0

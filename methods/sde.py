@@ -1,4 +1,5 @@
-"""Stochastic sampler with Gaussian log-probabilities for flow-matching GRPO (spec jagg_grpo.md §B).
+"""Stochastic sampler with Gaussian log-probabilities for flow-matching GRPO
+(docs/methods/grpo_baselines.md#the-sde-step, docs/methods/grpo_baselines.md#log-probability).
 
 The two baselines take the same Euler–Maruyama step of the marginal-preserving reverse SDE and differ only in the
 diffusion coefficient ``g``; this module writes that step once, in the style of a diffusers scheduler.
@@ -35,7 +36,7 @@ def _expand(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """Per-element *mean* Gaussian log-density (spec §B.2): averaging instead of summing shrinks log-ratios by the
+    """Per-element *mean* Gaussian log-density: averaging instead of summing shrinks log-ratios by the
     number of latent elements D, which is why PPO clip ranges of 1e-4 are meaningful. Computed in at least fp32."""
     dtype = torch.promote_types(mean.dtype, torch.float32)
     sample, mean, std = sample.to(dtype), mean.to(dtype), std.to(dtype)
@@ -45,7 +46,8 @@ def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tenso
 
 
 class FlowSDEScheduler:
-    """Euler–Maruyama step of the reverse SDE that keeps the flow's marginals (spec §B.1).
+    """Euler–Maruyama step of the reverse SDE that keeps the flow's marginals
+    (docs/methods/grpo_baselines.md#the-sde-step).
 
     ``mu = x + Delta [v + g^2 / (2 sigma) (x + (1 - sigma) v)]`` and ``std = g sqrt(-Delta)``.
 
@@ -54,7 +56,7 @@ class FlowSDEScheduler:
             ``sigmas[N] = 0``.
         noise_kernel: ``"dance"`` for DanceGRPO's constant ``g = eta``; ``"flow"`` for Flow-GRPO's
             ``g = a sqrt(sigma / (1 - sigma))`` where, at ``sigma = 1``, the denominator uses ``1 - sigmas[1]``;
-            ``"linear"`` for the Wan pipelines of Flow-GRPO and Flash-GRPO (flash_grpo.md §A.4):
+            ``"linear"`` for the Wan pipelines of Flow-GRPO and Flash-GRPO:
             ``g = eta (sigma_min + (sigma_max - sigma_min) sigma)`` with ``sigma_max = sigmas[1]`` (the *second* grid
             entry) and ``sigma_min = sigmas[N]`` (= 0), i.e. ``g = sigmas[1] sigma`` at the official ``eta = 1``.
         eta: ``eta`` (dance), the noise level ``a`` (flow) or a multiplier of the linear kernel (1 = official).
@@ -86,7 +88,7 @@ class FlowSDEScheduler:
         return self.eta * torch.sqrt(sigma / one_minus)
 
     def velocity_coef(self, index: torch.Tensor, stochastic: torch.Tensor | bool = True) -> torch.Tensor:
-        """``kappa_i = d mu / d v`` (spec §B.1), used by closed-form upstream gradients (JAGG, Flash-GRPO)."""
+        """``kappa_i = d mu / d v``, used by closed-form upstream gradients (JAGG, Flash-GRPO)."""
         sigma, delta = self.sigma(index), self.sigmas.to(index.device)[index + 1] - self.sigma(index)
         g = self.diffusion_coef(index) * torch.as_tensor(stochastic, device=index.device)
         return delta * (1 + g**2 * (1 - sigma) / (2 * sigma))
@@ -131,5 +133,5 @@ class FlowSDEScheduler:
         return gaussian_log_prob(prev_sample, mean, std), mean
 
     def pred_x0(self, sample: torch.Tensor, velocity: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Predicted clean sample ``x - sigma v`` (what DanceGRPO decodes at the last step, spec §B.4)."""
+        """Predicted clean sample ``x - sigma v`` (what DanceGRPO decodes at the last step)."""
         return sample - _expand(self.sigma(index).to(sample.dtype), sample) * velocity.to(sample.dtype)

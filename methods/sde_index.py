@@ -1,8 +1,8 @@
-"""Where the single SDE step k* of a Flash-GRPO rollout sits (spec flash_grpo.md §B.2, §G.1, §G.10).
+"""Where the single SDE step k* of a Flash-GRPO rollout sits (docs/methods/flash_grpo.md#where-the-sde-step-sits).
 
 Iso-temporal grouping: all G rollouts of a prompt group share k* (so the group baseline compares samples at the
 same SDE timestep), while different groups get their own k*, so a batch covers many timesteps. k* is keyed by
-the group id, never by an accumulation round or a rank (the released 8-GPU script redraws it per round, §G.10).
+the group id, never by an accumulation round or a rank (the released 8-GPU script redraws it per round).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rewardflow.distributed import all_gather_objects
 
 
 def default_sde_index_pool(num_steps: int) -> list[int]:
-    """The official pool: the first half of the steps, ``range(N // 2)`` (steps 0-9 of Wan's 20, §B.2)."""
+    """The official pool: the first half of the steps, ``range(N // 2)`` (steps 0-9 of Wan's 20)."""
     return list(range(max(1, num_steps // 2)))
 
 
@@ -23,7 +23,7 @@ def draw_sde_indices(n: int, pool: list[int], sampling: str, generator: torch.Ge
     Args:
         sampling: ``iid``: independent uniform draws (the official code); ``stratified``: successive random
             permutations of the pool tiled over the ``n`` units, so a batch of ``len(pool)`` prompts covers every
-            step once (the paper's "hierarchical" reading, §G.1).
+            step once (our reading of the paper's "hierarchical" sampling).
     """
     pool_t = torch.as_tensor(list(pool), dtype=torch.long)
     if sampling == "iid":

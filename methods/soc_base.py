@@ -1,4 +1,4 @@
-"""What Adjoint Matching and EAM share as methods of the one trainer loop (spec eam.md §B–C).
+"""What Adjoint Matching and EAM share as methods of the one trainer loop (docs/methods/eam.md).
 
 Both treat reward fine-tuning as stochastic optimal control: sample without gradients, take the reward's gradient
 at the endpoint (``score``, the reward phase: decode with gradients, reward, ``d r / d latent``), build regression
@@ -7,10 +7,10 @@ control is always the fine-tuned velocity minus a base velocity (:meth:`Memoryle
 pretrained model is ``backbone.reference()`` (LoRA: the same module with the adapter disabled; full fine-tuning: a
 frozen copy). Every velocity goes through the backbone family's time adapter (:mod:`methods.time_convention`).
 
-Loss conventions (both methods, spec §G.4): the squared norm of the control residual is **summed** over latent
-elements (``loss_reduction=sum``; ``mean`` divides by the number of elements) and **averaged** over a sample's loss
-timesteps; the optional per-sample clip caps that loss at ``loss_clip * reward_scale^2`` (AM's LCT = 1.6 lambda^2);
-clipped samples contribute no gradient. The update is the mean over samples.
+Loss conventions (both methods, docs/methods/eam.md#loss-conventions): the squared norm of the control residual is
+**summed** over latent elements (``loss_reduction=sum``; ``mean`` divides by the number of elements) and **averaged**
+over a sample's loss timesteps; the optional per-sample clip caps that loss at ``loss_clip * reward_scale^2`` (AM's
+LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the mean over samples.
 """
 from __future__ import annotations
 

@@ -1,16 +1,17 @@
-"""Estimates of the pretrained data score ``grad log p_pre(X_1)`` at the data end (spec eam.md §C.4).
+"""Estimates of the pretrained data score ``grad log p_pre(X_1)`` at the data end
+(docs/methods/eam.md#the-pretrained-score-at-the-data-end).
 
 EAM's corrected terminal cost needs the pretrained score at ``t = 1``, where the flow-matching score formula
 ``(t v - x) / (1 - t)`` is 0/0. Estimators, all from one forward pass of the frozen model ``v_pre`` (AM time):
 
-* ``tweedie_shrink`` (default, spec Option A [D]): with ``t' = 1 - delta``, evaluate the frozen model at the shrunk,
+* ``tweedie_shrink`` (default, our reconstruction): with ``t' = 1 - delta``, evaluate the frozen model at the shrunk,
   noise-free point ``t' X_1``: ``s_hat = t'^2 / delta * (v_pre(t' X_1, t') - X_1)``. This is *exactly* the score of
   ``p_pre * N(0, tau^2 I)`` with ``tau = delta / (1 - delta)`` (Tweedie), so the fine-tuning target becomes the
   tilt of that slightly smoothed law, which tends to the true target as ``delta -> 0``.
-* ``tweedie_naive`` (spec Option A-naive, ablation only): ``s_pre(X_1, t') = (t' v_pre(X_1, t') - X_1) / delta`` at
+* ``tweedie_naive`` (ablation only): ``s_pre(X_1, t') = (t' v_pre(X_1, t') - X_1) / delta`` at
   the *unshrunk* point; biased by the shrink (about ``-X_1 / delta`` for point-mass data). Never a default.
 
-(The spec's Option B, a pretrained anchor at ``X_t`` instead of a terminal score, changes the regression target, so it
+(The anchor ablation, a pretrained anchor at ``X_t`` instead of a terminal score, changes the regression target, so it
 lives in :mod:`methods.eam` as ``method.terminal_score=anchor``.)
 """
 from __future__ import annotations

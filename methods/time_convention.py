@@ -1,4 +1,5 @@
-"""The time-convention adapter between the stochastic-optimal-control (SOC) math and a backbone (spec eam.md §A.2).
+"""The time-convention adapter between the stochastic-optimal-control (SOC) math and a backbone
+(docs/methods/eam.md#time-convention).
 
 The SOC methods (``method=adjoint_matching``, ``method=eam``) are written in Adjoint Matching's time: ``t`` in
 [0, 1] with ``t = 0`` noise and ``t = 1`` data, ``X_t = t X_1 + (1 - t) X_0`` and the velocity

@@ -3,8 +3,8 @@ each transformer block with an explicit ``MixedPrecisionPolicy``, and the root m
 family's backbone declares in ``block_attrs`` (``DiffusersBackbone.parallelize``), one FSDP unit each.
 
 Frozen encoders (text encoders, VAE) are never passed here: they stay replicated and outside the sharded model.
-LoRA adapters must be added *before* sharding (cpu_stack.md §5.1); FSDP2 handles frozen and trainable parameters
-mixed in one group.
+LoRA adapters must be added *before* sharding (docs/development.md#fsdp2-on-the-cpu); FSDP2 handles frozen and
+trainable parameters mixed in one group.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
-# diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do (cpu_stack §9.11)
+# diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do
+# (docs/development.md#fsdp2-on-the-cpu)
 warnings.filterwarnings("ignore", message=".*returned a view tensor.*", category=UserWarning)
 
 

@@ -20,7 +20,7 @@ from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 
 # patch 2 (as SD3.5): a 32x32 image -> 16x16x16 latent -> 64 tokens. joint_attention_dim must be >= 2 x CLIP width
-# (the pipeline pads the concatenated CLIP states to the T5 width; narrower silently crops, cpu_stack.md §9.8).
+# (the pipeline pads the concatenated CLIP states to the T5 width; narrower silently crops, docs/models.md#family-notes)
 TRANSFORMER = dict(sample_size=16, patch_size=2, in_channels=16, num_layers=2, attention_head_dim=8,
                    num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=64, pooled_projection_dim=64,
                    out_channels=16, pos_embed_max_size=32, dual_attention_layers=(0,), qk_norm="rms_norm")

@@ -1,4 +1,5 @@
-"""Tokenizers built in code (no files, no hub), for tiny twins of real model families (cpu_stack.md §3.1)."""
+"""Tokenizers built in code (no files, no hub), for tiny twins of real model families
+(docs/development.md#tokenizers-built-in-code)."""
 from __future__ import annotations
 
 import string

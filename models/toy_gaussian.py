@@ -1,4 +1,4 @@
-"""A Gaussian toy backbone whose pretrained velocity is known in closed form (spec eam.md §F.4).
+"""A Gaussian toy backbone whose pretrained velocity is known in closed form (docs/methods/eam.md#the-gaussian-toy).
 
 The "pretrained model" generates ``N(mu0, diag(var0))`` in ``dim`` dimensions: its rectified-flow velocity is
 analytic, ``v_AM(x, t) = mu + V_t' / (2 V_t) (x - t mu)`` with ``V_t = t^2 var0 + (1 - t)^2``. The trainable

@@ -1,4 +1,4 @@
-"""Config of model=toy_gaussian: the Gaussian toy with a known answer (spec eam.md §F.4; models/toy_gaussian.py). The
+"""Config of model=toy_gaussian: the Gaussian toy with a known answer (docs/methods/eam.md#the-gaussian-toy). The
 pretrained model generates N(mu0, var0) with an analytic velocity; the fine-tuned velocity is that plus a small
 zero-initialised MLP. CPU, float64. See experiment=toy_eam / toy_am."""
 from __future__ import annotations

@@ -5,7 +5,8 @@ from enum import StrEnum
 
 
 class Dtype(StrEnum):
-    auto = "auto"           # bf16 on a GPU, fp32 on the CPU (where bf16 is emulated and 1.5-6x slower)
+    auto = "auto"           # bf16 on a GPU, fp32 on the CPU (bf16 is emulated there and 1.5-6x slower,
+                            # docs/development.md#bf16-on-the-cpu)
     float64 = "float64"
     fp64 = "fp64"
     float32 = "float32"

@@ -1,4 +1,4 @@
-"""Rewards with an analytic tilted target for Gaussian data (spec eam.md §F.4), for the toy problem.
+"""Rewards with an analytic tilted target for Gaussian data, for the toy problem (docs/methods/eam.md#the-gaussian-toy).
 
 On latents decoded as "images" by :class:`models.toy_gaussian.ToyGaussianBackbone` (pixel values = coordinates):
 

@@ -5,7 +5,7 @@ from a hub id or a local folder. The processor supplies the tokenizer and the im
 crop, mean/std), which are then applied as differentiable tensor ops (:mod:`rewards.preprocess`) instead of the
 processor's PIL/uint8 path.
 
-Scales, which the peers disagree on (``shared/spec/ecosystem.md`` §4):
+Scales, which the peers disagree on (docs/rewards.md#conventions):
 
 * PickScore_v1 (``yuvalkirstain/PickScore_v1``, processor ``laion/CLIP-ViT-H-14-laion2B-s32B-b79K``): raw
   ``logit_scale x cosine`` (about 18-23 for real images) by default; ``divide_by=26`` gives flow_grpo's and

@@ -4,10 +4,10 @@ transformer pass counts, measured side by side in one process.
 All three methods run through the shared trainer loop (``Trainer.train_step``) on the same model, batch, sampling
 steps (20) and micro-batch, with KL off for all; steps alternate between the methods (the order rotates every
 round) and every figure is the median over the measured rounds. The model (``--config``) is by default the FLUX
-"small" configuration of ``cpu_stack.md`` §2.1 (``FluxTransformer2DModel``, ~2.3M parameters, the tiny twin's text
-encoders widened to match), built and loaded through the same tiny-twin path as ``model=tiny_flux``, so transformer
-passes dominate the cost; ``tiny`` is the twin's own transformer (smoke runs), ``wide`` FLUX.1-dev's block width
-(for a GPU, ``--device cuda``).
+"small" configuration (docs/development.md#the-flux-small-configuration: ``FluxTransformer2DModel``, ~2.3M
+parameters, the tiny twin's text encoders widened to match), built and loaded through the same tiny-twin path as
+``model=tiny_flux``, so transformer passes dominate the cost; ``tiny`` is the twin's own transformer (smoke runs),
+``wide`` FLUX.1-dev's block width (for a GPU, ``--device cuda``).
 
     .venv/bin/python scripts/bench_flash.py                  # ~3-5 min on 2 CPU cores
     .venv/bin/python scripts/bench_flash.py --rounds 3 --group-size 2
@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# cpu_stack.md §2.1 FLUX_SMALL (in_channels 16 = the twin VAE's 4 channels packed 2x2); text encoders widened so
-# their outputs match joint_attention_dim / pooled_projection_dim = 64.
+# FLUX_SMALL (docs/development.md#the-flux-small-configuration; in_channels 16 = the twin VAE's 4 channels packed
+# 2x2); text encoders widened so their outputs match joint_attention_dim / pooled_projection_dim = 64.
 FLUX_SMALL = dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
                   num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64, axes_dims_rope=[8, 12, 12],
                   guidance_embeds=True)

@@ -19,7 +19,7 @@ instead (both are printed). On a GPU (``--device cuda``) the process's CPU time 
 The last output line is one JSON object (``update_time_ratio``, ``step_time_ratio``, ``ideal_update_time_ratio``,
 ``bwd_count_ratio``, ...).
 
-    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small" (cpu_stack.md §2.1), 64x64: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small", 64x64: ~2 CPU-min
     .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
     .venv/bin/python scripts/bench_jagg.py --device cuda --config wide --size 128   # FLUX.1 block width on a GPU
 """
@@ -44,7 +44,8 @@ import torch  # noqa: E402
 from launcher.config import compose  # noqa: E402
 from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
-# FLUX "small" (cpu_stack.md §2.1): 2 double + 4 single blocks, 4 heads x 32; text widths match the tiny encoders.
+# FLUX "small" (docs/development.md#the-flux-small-configuration): 2 double + 4 single blocks, 4 heads x 32; text
+# widths match the tiny encoders.
 # "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).
 CONFIGS = {
     "small": dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,

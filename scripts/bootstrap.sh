@@ -8,7 +8,7 @@ VENV="$ROOT/.venv"
 LOCK="$ROOT/requirements/lock-cpu.txt"
 PY=${PYTHON:-python3}
 STAMP="$VENV/.rewardflow-lock"
-want=$(cat "$LOCK" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)
+want=$(cat "$LOCK" "$ROOT/pyproject.toml" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)   # setup.py: the editable mapping
 
 if [[ -x "$VENV/bin/python" && -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
   exit 0

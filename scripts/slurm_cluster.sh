@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/slurm_cluster.sh up|down|status - a real single-node SLURM cluster (munged, MariaDB + slurmdbd,
-# slurmctld, slurmd) on Debian, as root, without systemd. Measured recipe: ../shared/research/slurm_single_node.md.
+# slurmctld, slurmd) on Debian, as root, without systemd. Why it is built this way:
+# docs/development.md#the-single-node-slurm-cluster.
 #   up      install the packages if missing (apt), then start a FRESH cluster (idempotent: stops a previous one)
 #   down    stop every daemon `up` started, by pid file (idempotent; cancels running jobs first)
 #   status  exit 0 if the cluster answers (node idle or allocated), else 1

@@ -1,6 +1,6 @@
 """Stability of Flash-GRPO on the CPU demo: reward curves and gradient-norm spread over seeds, against the ablation
 without iso-temporal grouping and without rectification (``iso_temporal=false rectify=false``, ~ "Fast1", the
-single-SDE-step baseline the paper reports collapsing, spec flash_grpo.md §E.2, §E.5).
+single-SDE-step baseline the paper reports collapsing: arXiv:2605.15980, Fig. 4; docs/methods/flash_grpo.md).
 
 Every run is the default CPU demo (``conf/train.yaml``: tiny FLUX twin, colour reward, 8 x 4 samples, 10 sampling
 steps) with ``method=flash_grpo`` and the variant's flags, trained in this process through the shared trainer. The
@@ -35,7 +35,7 @@ VARIANTS = {
     "itg": ["method.rectify=false"],                                    # iso-temporal grouping only
     "fast1": ["method.iso_temporal=false", "method.rectify=false"],     # per-sample k*, no weights
     # the same two with one initial latent per group: reward differences within a group then come from the SDE
-    # step alone, which is where timestep-confounded grouping should hurt most (spec §G.6)
+    # step alone, which is where timestep-confounded grouping should hurt most (docs/results.md#flash-grpo)
     "flash_shared": ["method.share_init_noise=true"],
     "itg_shared": ["method.rectify=false", "method.share_init_noise=true"],
     "fast1_shared": ["method.iso_temporal=false", "method.rectify=false", "method.share_init_noise=true"],
@@ -54,7 +54,7 @@ def build(variant: str, seed: int, steps: int, out: Path, extra: list[str]):
 def evaluate(trainer, per_prompt: int = 8, seed: int = 1234) -> float:
     """Mean reward of deterministic ODE samples (Euler on the training sigmas, no SDE step) of every prompt of the
     data set from fixed initial noise: the same images for every variant and step, so the curve measures the policy,
-    not which prompts and noise a step happened to draw (spec §G.15 keeps evaluation deterministic)."""
+    not which prompts and noise a step happened to draw (evaluation keeps a deterministic sampler, as upstream)."""
     import torch
 
     method, bb = trainer.method, trainer.backbone

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config import CONF_DIR, compose  # noqa: F401 - tests compose through conftest
+from launcher.config import compose  # noqa: F401 - tests compose through conftest
 
 ROOT = Path(__file__).resolve().parents[1]
-CONF = CONF_DIR
+CONF = ROOT / "conf"
 
 os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true",
                   HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")

@@ -1,8 +1,8 @@
-"""Toy backbones, schedulers and configs for the Flash-GRPO invariants (spec flash_grpo.md §F).
+"""Toy backbones, schedulers and configs for the Flash-GRPO invariants (docs/methods/flash_grpo.md#tested-invariants).
 
 * :class:`ToyBackbone`: a 2-layer MLP "transformer" over a (2, 3, 4, 4) latent (D = 96), optionally with true CFG
   (two transformer calls per velocity, as SD3.5 / Wan / Qwen-Image), in any dtype.
-* :class:`IdentityBackbone`: ``v = theta``, a learnable latent-shaped tensor (the §C.1 / §F.6-7 model).
+* :class:`IdentityBackbone`: ``v = theta``, a learnable latent-shaped tensor (the model of invariants 6-7).
 * ``wan_unipc(n)``: the real diffusers scheduler of Wan2.1 (UniPC flow sigmas, shift 3, final sigma 0).
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ class ToyBackbone(Backbone):
 
 
 class IdentityBackbone(ToyBackbone):
-    """``v = theta`` (spec §F.6-7): per-sample gradients in theta are gradients in the velocity."""
+    """``v = theta`` (invariants 6-7): per-sample gradients in theta are gradients in the velocity."""
 
     def __init__(self, dtype: torch.dtype = torch.float64):
         super().__init__(dtype=dtype, identity=True)

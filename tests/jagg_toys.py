@@ -1,4 +1,4 @@
-"""Float64 toy backbones and hand-built rollouts for JAGG's math tests (spec jagg_grpo.md §G items 4-14).
+"""Float64 toy backbones and hand-built rollouts for JAGG's math tests (docs/methods/jagg.md#tested-invariants).
 
 The tests run the real method code (``JAGG.backward`` and the baseline's exact ``GRPO.backward``) on velocity models
 small enough to reason about: an affine model ``v = A z + u t + c`` (Theorem 1) and a tanh MLP (nonlinear).

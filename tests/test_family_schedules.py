@@ -68,7 +68,7 @@ def test_sd35_grid_is_the_static_shift_with_the_doubly_shifted_endpoint():
     sched.set_timesteps(10)
     ours = static_shift_sigmas(10, 3.0, dict(sched.config))
     torch.testing.assert_close(ours, sched.sigmas.double(), rtol=0, atol=0)
-    sigma_min = float(time_shift(torch.tensor(1e-3, dtype=torch.float64), 3.0))         # 0.002994 (spec §A.2)
+    sigma_min = float(time_shift(torch.tensor(1e-3, dtype=torch.float64), 3.0))         # 0.002994, shifted once
     assert float(ours[-2]) == pytest.approx(float(time_shift(torch.tensor(sigma_min), 3.0)), rel=1e-5)
     torch.testing.assert_close(sched.timesteps.double(), ours[:-1] * 1000, rtol=1e-6, atol=1e-4)   # SD3 sees 1000 sigma
 

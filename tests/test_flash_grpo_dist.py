@@ -1,6 +1,6 @@
-"""Flash-GRPO across 2 gloo processes (spec flash_grpo.md §F.10, §F.12, §G.2, §G.10): the 1/lambda denominator is
-the mean over the whole update across ranks, a group split over ranks gets one k*, and global-std advantages use
-every rank's rewards."""
+"""Flash-GRPO across 2 gloo processes (docs/methods/flash_grpo.md#tested-invariants, items 10 and 12): the 1/lambda
+denominator is the mean over the whole update across ranks, a group split over ranks gets one k*, and global-std
+advantages use every rank's rewards."""
 from __future__ import annotations
 
 import pytest

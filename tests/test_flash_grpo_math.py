@@ -1,5 +1,6 @@
-"""Flash-GRPO math (spec flash_grpo.md §F items 6-13): lambda from real diffusers schedulers, the gradient identity,
-rectified gradients, loss algebra, clipping, advantages and scheduler hygiene. float64 where the spec says so."""
+"""Flash-GRPO math (docs/methods/flash_grpo.md#tested-invariants, items 6-12): lambda from real diffusers schedulers,
+the gradient identity, rectified gradients, loss algebra, clipping, advantages and scheduler hygiene. float64 where
+it matters."""
 from __future__ import annotations
 
 import math
@@ -17,7 +18,8 @@ from models.backbone import PromptEmbeds
 D = math.prod(LATENT)
 N = 20
 
-# spec §F.8: k, tau, sigma_k, Delta_k, sigma_t, lambda, 1/lambda, 1/lambda / pool mean (k = 0..9)
+# docs/methods/flash_grpo.md#the-wan-20-lambda-table: k, tau, sigma_k, Delta_k, sigma_t, lambda, 1/lambda,
+# 1/lambda / pool mean (k = 0..9)
 WAN20 = [
     (0, 999, 0.99967, 0.01725, 0.98209, 0.1337, 7.4770, 1.3381),
     (1, 982, 0.98242, 0.01848, 0.96515, 0.1420, 7.0414, 1.2602),
@@ -34,7 +36,7 @@ WAN20_BEYOND = [0.2942, 0.3300, 0.3745, 0.4313, 0.5064, 0.6100, 0.7628, 1.0119, 
 
 
 def paper_wan_unipc(num_steps: int = N):
-    """Wan2.1's real diffusers scheduler on the grid the paper's code ran with, u_i = 0.999 (N - i) / N (§A.2).
+    """Wan2.1's real diffusers scheduler on the grid the paper's code ran with, u_i = 0.999 (N - i) / N.
 
     diffusers 0.42 builds its default flow grid from u_0 = 1 instead (``linspace(1, 1/1000, N + 1)[:-1]``), which
     moves lambda by up to ~6e-4 (< 1%) (see :func:`test_installed_default_unipc_grid_is_close_but_not_the_papers`); the
@@ -49,7 +51,7 @@ def wan_sde(num_steps: int = N) -> FlowSDEScheduler:
     return FlowSDEScheduler(paper_wan_unipc(num_steps).sigmas.double(), "linear", 1.0)
 
 
-# ----------------------------------------------------------------------------------------------- §F.8, §F.9
+# ---------------------------------------------------------------------------------------------- invariant 8
 def test_wan20_lambda_table_from_unipc_to_four_decimals():
     sched = paper_wan_unipc()
     sde = FlowSDEScheduler(sched.sigmas.double(), "linear", 1.0)
@@ -64,7 +66,7 @@ def test_wan20_lambda_table_from_unipc_to_four_decimals():
                float(1 / lam[i]) / pool_mean)
         for name, value, want in zip(("sigma", "Delta", "sigma_t", "lambda", "1/lambda", "normalised"), got,
                                      (s, d, st, lm, inv, norm)):
-            assert abs(value - want) < 5e-5, f"k={i} {name}: {value:.6f} vs spec {want}"
+            assert abs(value - want) < 5e-5, f"k={i} {name}: {value:.6f} vs the table's {want}"
     assert abs(pool_mean - 5.5877) < 5e-5
     assert abs(float(lam[9] / lam[0]) - 1.9805) < 5e-5
     assert np.allclose(lam[10:].numpy(), WAN20_BEYOND, atol=5e-5, rtol=0)
@@ -82,7 +84,7 @@ def test_installed_default_unipc_grid_is_close_but_not_the_papers():
 
 
 def test_lambda_equals_the_closed_forms():
-    """§A.6: linear sigma_t = c t -> sqrt(D)/(c t) + c sqrt(D)(1 - t)/2; Flow-GRPO's a sqrt(t/(1-t)) ->
+    """Closed forms: linear sigma_t = c t -> sqrt(D)/(c t) + c sqrt(D)(1 - t)/2; Flow-GRPO's a sqrt(t/(1-t)) ->
     sqrt(D (1 - t)/t)(1/a + a/2) for 0 < t < 1."""
     sde = wan_sde(N)
     k = torch.arange(N)
@@ -106,7 +108,7 @@ def test_other_schedules_of_spec_f9():
     assert np.allclose(lam.numpy(), spec, atol=5e-5, rtol=0)
 
 
-# ----------------------------------------------------------------------------------------------------- §F.13
+# ----------------------------------------------------------------------------------------------- invariant 9
 def test_scheduler_hygiene_wan():
     sched = paper_wan_unipc()
     for k, tau in enumerate(sched.timesteps):
@@ -118,10 +120,10 @@ def test_scheduler_hygiene_wan():
     assert not torch.allclose(sde.diffusion_coef(k), sde.sigmas[0] * sde.sigma(k))   # sigma_max is sigmas[1]
 
 
-# ------------------------------------------------------------------------------------------------------ §F.6
+# ----------------------------------------------------------------------------------------------- invariant 6
 @pytest.mark.parametrize("kernel,ks", [("linear", [0, 5, 9, 15]), ("flow", [0, 1, 4, 8])])
 def test_gradient_identity_d_mean_logp_d_velocity(kernel, ks):
-    """d(mean log pi)/d v = -lambda xi / D to 1e-9 in float64 (the derivation of §C.1), with the sampler's code."""
+    """d(mean log pi)/d v = -lambda xi / D to 1e-9 in float64 (the derivation of lambda), with the sampler's code."""
     sde = wan_sde(N) if kernel == "linear" else FlowSDEScheduler(sd3_euler(10).sigmas.double(), "flow", 0.7)
     g = torch.Generator().manual_seed(0)
     for k in ks:
@@ -184,7 +186,7 @@ def identity_method(monkeypatch, extra=()):
                         monkeypatch=monkeypatch)
 
 
-# ------------------------------------------------------------------------------------------------------ §F.7
+# ----------------------------------------------------------------------------------------------- invariant 7
 def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch):
     method = identity_method(monkeypatch)
     ks = list(range(10))
@@ -205,7 +207,7 @@ def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch):
 
 def test_rectification_evens_out_mlp_gradient_norms_across_timesteps(monkeypatch):
     """A real MLP (through CFG-free velocity): the median per-sample gradient norm over many xi follows lambda
-    without rectification and agrees across timestep buckets with it (ratio < 1.3, spec §F.7)."""
+    without rectification and agrees across timestep buckets with it (ratio < 1.3)."""
     torch.manual_seed(0)
     sde = wan_sde(N)
     net = ToyBackbone(dtype=torch.float64).transformer
@@ -231,7 +233,7 @@ def test_rectification_evens_out_mlp_gradient_norms_across_timesteps(monkeypatch
     assert raw.max() / raw.min() > 1.7 and np.argmax(raw) == 3       # lambda(9) / lambda(0) = 1.98
 
 
-# ----------------------------------------------------------------------------------------------------- §F.10
+# ---------------------------------------------------------------------------------------------- invariant 10
 def test_loss_is_minus_mean_weight_and_one_hot_ratio(monkeypatch):
     method = identity_method(monkeypatch)
     ro, plan, _ = hand_rollout(method, [0, 9, 9, 3, 5, 0, 7])
@@ -259,7 +261,7 @@ def test_weight_normalisations():
     assert denom == 1.0 and torch.equal(w, inv)
 
 
-# ----------------------------------------------------------------------------------------------------- §F.11
+# ---------------------------------------------------------------------------------------------- invariant 11
 def test_clipping_decisions_identical_with_and_without_rectification(monkeypatch):
     eps = 1e-3
     g = torch.Generator().manual_seed(7)
@@ -287,7 +289,7 @@ def test_clipping_decisions_identical_with_and_without_rectification(monkeypatch
             torch.testing.assert_close(grads[i], w[i] * results[False][1][i], rtol=1e-12, atol=1e-18)
 
 
-# ----------------------------------------------------------------------------------------------------- §F.12
+# ---------------------------------------------------------------------------------------------- invariant 12
 def test_advantages_keyed_by_group_id_with_global_std_and_clamp(monkeypatch):
     method = identity_method(monkeypatch, ["group_size=3", "prompts_per_step=3"])
     rewards = torch.tensor([1.0, 2.0, 6.0, 0.0, 0.5, 1.0, 3.0, 3.5, 2.0], dtype=torch.float64)

@@ -1,5 +1,5 @@
-"""Flash-GRPO rollouts and updates (spec flash_grpo.md §F items 1-5, 14) on toy backbones, with and without true
-CFG, plus config validation and the method inside the shared trainer loop."""
+"""Flash-GRPO rollouts and updates (docs/methods/flash_grpo.md#tested-invariants, items 1-5 and 13) on toy
+backbones, with and without true CFG, plus config validation and the method inside the shared trainer loop."""
 from __future__ import annotations
 
 import pytest
@@ -31,7 +31,7 @@ def groups(rollout):
     return [torch.nonzero(keys == k).flatten() for k in keys.unique()]
 
 
-# ------------------------------------------------------------------------------------------------------ §F.1
+# ----------------------------------------------------------------------------------------------- invariant 1
 @pytest.mark.parametrize("cfg_scale", [None, 4.5])
 def test_iso_temporal_one_sde_step_per_rollout_shared_by_the_group(cfg_scale):
     method = make(cfg_scale=cfg_scale)
@@ -77,7 +77,7 @@ def test_kstar_is_keyed_by_group_id_not_prompt():
     assert seen_different
 
 
-# ------------------------------------------------------------------------------------------------------ §F.2
+# ----------------------------------------------------------------------------------------------- invariant 2
 def test_initial_and_sde_noise_are_independent_per_rollout_unless_shared():
     ro = run_rollout(make())
     x0 = ro.latents[:, 0].flatten(1)
@@ -96,7 +96,7 @@ def test_initial_and_sde_noise_are_independent_per_rollout_unless_shared():
     assert not torch.equal(ro.latents[0, 0], ro.latents[4, 0])              # groups still differ
 
 
-# ------------------------------------------------------------------------------------------------------ §F.3
+# ----------------------------------------------------------------------------------------------- invariant 3
 def test_rollouts_are_reproducible_and_ode_steps_ignore_the_noise():
     method = make(cfg_scale=4.5)
     a, b = run_rollout(method, 3), run_rollout(method, 3)
@@ -129,7 +129,7 @@ def test_sde_step_with_zero_noise_is_the_mean_not_euler():
         assert (tiny.mean - euler).abs().max() < 1e-12                       # sigma_t -> 0: the Euler step
 
 
-# ------------------------------------------------------------------------------------------------- §F.4, §F.5
+# -------------------------------------------------------------------------------------------- invariants 4, 5
 def run_updates(method, ro):
     """The trainer's update phase for one rollout (without the optimizer step)."""
     method.prepare_update(ro)
@@ -197,7 +197,7 @@ def test_step_metrics_histogram_lambda_and_weights():
     assert method.step_metrics() == {}                                        # flushed: the next step starts empty
 
 
-# ----------------------------------------------------------------------------------------------------- §F.14
+# ---------------------------------------------------------------------------------------------- invariant 13
 def test_ablation_switches_change_only_what_they_should():
     full, itg = make(), make(["rectify=false"])
     a, b = run_rollout(full, 5), run_rollout(itg, 5)

@@ -1,4 +1,5 @@
-"""Spec jagg_grpo.md §G items 5, 15-17: clip masks, both advantage definitions, the Fast window, KL."""
+"""docs/methods/grpo_baselines.md#tested-invariants, items 4-7: clip masks, both advantage definitions, the Fast
+window, KL."""
 from __future__ import annotations
 
 import torch

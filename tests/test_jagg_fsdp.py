@@ -1,4 +1,4 @@
-"""JAGG under FSDP2 with 2 gloo processes (spec jagg_grpo.md §H.10, cpu_stack.md §5.2).
+"""JAGG under FSDP2 with 2 gloo processes (docs/methods/jagg.md#under-fsdp2, docs/development.md#fsdp2-on-the-cpu).
 
 The two endpoints of a JAGG group run as one batched forward, so its single backward all-gathers every sharded block
 exactly once; an exact group of W steps all-gathers each block W times in backward. The sharded JAGG gradient equals
@@ -46,7 +46,8 @@ def _full_grads(module) -> dict[str, torch.Tensor]:
 
 
 def _count_all_gathers():
-    """Count real all-gathers per FSDP group and phase by wrapping ``FSDPParamGroup.unshard`` (cpu_stack.md §5.2)."""
+    """Count real all-gathers per FSDP group and phase by wrapping ``FSDPParamGroup.unshard``
+    (docs/development.md#fsdp2-on-the-cpu)."""
     from torch.distributed.fsdp._fully_shard._fsdp_common import TrainingState
     from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPParamGroup
 

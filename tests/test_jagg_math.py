@@ -1,4 +1,5 @@
-"""JAGG's math in float64 on toy velocity models (spec jagg_grpo.md §G items 4-9, 12-14), through the real method code."""
+"""JAGG's math in float64 on toy velocity models (docs/methods/jagg.md#tested-invariants, items 1-6, 9-11), through
+the real method code."""
 from __future__ import annotations
 
 import copy
@@ -15,9 +16,10 @@ from methods.schedule import linear_shift_sigmas
 D = 6
 
 
-# ------------------------------------------------------------------------------------------ §G4-5 upstream gradients
+# -------------------------------------------------------------------------------- invariants 1-2: upstream gradients
 def test_upstream_gradients_match_the_closed_form_and_the_clip_masks():
-    """s_j = -(A rho 1[clip not binding] / Z) (kappa / D) (x_{i+1} - mu) / std^2 (spec §D.3), at any rho."""
+    """s_j = -(A rho 1[clip not binding] / Z) (kappa / D) (x_{i+1} - mu) / std^2, at any rho
+    (docs/methods/jagg.md#one-jagg-group)."""
     method = make_jagg(Affine(D), D, clip_range=1e-3)
     rollout = sde_rollout(method, b=6, seed=1)
     eps = 1e-3
@@ -44,13 +46,14 @@ def test_upstream_gradients_match_the_closed_form_and_the_clip_masks():
     assert stats["clipped"].view(4, 6)[:, [2, 3, 4, 5]].eq(1).all()
 
 
-# ------------------------------------------------------------------------------------------------- §G6 weights
+# ---------------------------------------------------------------------------------------- invariant 3: weights
 def test_t_weights_on_the_paper_schedule_and_aggregation_algebra():
     sigmas = linear_shift_sigmas(21, 3.0)
     for g in range(5):
         alpha = time_weights(sigmas[4 * g:4 * g + 4, None])[:, 0]
         assert alpha[0] == 0 and alpha[-1] == 1 and (alpha.diff() > 0).all() and ((alpha >= 0) & (alpha <= 1)).all()
-        # not index weights on a shifted schedule (spec §D.3: ~[0, .31, .64, 1] ... [0, .29, .62, 1])
+        # not index weights on a shifted schedule (docs/methods/jagg.md#one-jagg-group: ~[0, .31, .64, 1] ...
+        # [0, .29, .62, 1])
         assert 0.28 < float(alpha[1]) < 0.32 and 0.61 < float(alpha[2]) < 0.65
     alpha = time_weights(sigmas[:4, None].expand(4, 3))
     s = torch.randn(4, 3, 5, dtype=F64)
@@ -64,7 +67,7 @@ def test_t_weights_on_the_paper_schedule_and_aggregation_algebra():
     torch.testing.assert_close(index_weights(4, 1)[:, 0], torch.tensor([0, 1 / 3, 2 / 3, 1], dtype=F64))
 
 
-# --------------------------------------------------------------------------------------------- §G7 W = 2 exact
+# ------------------------------------------------------------------------------------ invariant 4: W = 2 exact
 def test_window_two_is_exact_for_a_nonlinear_model():
     method = make_jagg(MLP(D), D, window=2)
     rollout = sde_rollout(method, b=3, seed=2)
@@ -72,10 +75,10 @@ def test_window_two_is_exact_for_a_nonlinear_model():
     assert rel_err(flat(jagg), flat(exact)) < 1e-12
 
 
-# ------------------------------------------------------------------------------------------ §G8 Theorem 1
+# --------------------------------------------------------------------------------- invariant 5: Theorem 1
 @pytest.mark.parametrize("off_policy", [False, True])
 def test_theorem1_affine_model_with_states_on_the_t_weighted_line(off_policy):
-    """JAGG = exact gradient to rounding; with the prototype's index weights it is not (spec §D.5)."""
+    """JAGG = exact gradient to rounding; with the prototype's index weights it is not (Theorem 1, d)."""
     net = Affine(D)
     old = None
     if off_policy:   # rho != 1 and some clipped rows: s_j carries the current ratios and masks, still exact
@@ -90,9 +93,9 @@ def test_theorem1_affine_model_with_states_on_the_t_weighted_line(off_policy):
     assert rel_err(flat(gradient(method, rollout, exact=False)), exact) > 1e-5
 
 
-# ---------------------------------------------------------------------------------- §G9 z-independent Jacobian
+# ------------------------------------------------------------------------- invariant 6: z-independent Jacobian
 def test_z_independent_parameters_are_exact_on_a_genuine_sde_path():
-    """On a real SDE path only the Jacobian wrt A depends on z: u and c come out exact, A does not (§D.5 b-c)."""
+    """On a real SDE path only the Jacobian wrt A depends on z: u and c come out exact, A does not (Theorem 1, b-c)."""
     method = make_jagg(Affine(D), D)
     rollout = sde_rollout(method, b=4, seed=4)
     jagg, exact = gradient(method, rollout, exact=False), gradient(method, rollout, exact=True)
@@ -102,7 +105,7 @@ def test_z_independent_parameters_are_exact_on_a_genuine_sde_path():
     assert cos(flat(jagg), flat(exact)) > 0.99
 
 
-# ---------------------------------------------------------------------------------- §G13 normalisation parity
+# ------------------------------------------------------------------------- invariant 10: normalisation parity
 def test_normalisation_parity_over_accumulated_micro_batches_and_an_optimizer_step():
     """Two micro-batches accumulated into one update: same .grad as the baseline (same Z), same AdamW step."""
     method = make_jagg(Affine(D), D)
@@ -124,7 +127,7 @@ def test_normalisation_parity_over_accumulated_micro_batches_and_an_optimizer_st
     assert rel_err(params[False], params[True]) < 1e-12
 
 
-# ------------------------------------------------------------------------------------------- §G14 nonlinear
+# ---------------------------------------------------------------------------------- invariant 11: nonlinear
 def test_jagg_beats_the_endpoints_only_ablation_on_an_mlp():
     method = make_jagg(MLP(D, seed=1), D)
     rollout = sde_rollout(method, b=4, seed=7)
@@ -136,7 +139,7 @@ def test_jagg_beats_the_endpoints_only_ablation_on_an_mlp():
     assert cosines["none"] > cosines["endpoints_only"], cosines
 
 
-# ----------------------------------------------------------------------------------------------- §G12 routing
+# --------------------------------------------------------------------------------------- invariant 9: routing
 def test_routing_g5_jagg_frac_06_gives_groups_0_to_2():
     lay = GroupLayout(num_steps=20, window=4, jagg_frac=0.6)
     assert lay.num_groups == 5 and [g for g in range(5) if lay.is_jagg(g)] == [0, 1, 2]

@@ -1,5 +1,6 @@
 """method=jagg on the tiny FLUX twin: pass counts on the model, parity with the baseline's backward, logged loss,
-diagnostics, config validation (spec jagg_grpo.md §G items 10-12, §D.7)."""
+diagnostics, config validation (docs/methods/jagg.md#tested-invariants, items 7-9;
+docs/methods/jagg.md#diagnostic-mode)."""
 from __future__ import annotations
 
 import pytest
@@ -52,7 +53,7 @@ def grads_after(method, fn):
     return {k: p.grad.clone() for k, p in net.named_parameters() if p.grad is not None}, out
 
 
-# --------------------------------------------------------------------------------------- §G10 pass counts
+# ------------------------------------------------------------------------------- invariant 7: pass counts
 def test_two_backward_rows_per_sample_per_jagg_group_and_w_per_exact_group(backbone, monkeypatch):
     method = jagg(backbone)                              # 9 steps: 8 trained = 2 groups of 4, group 0 JAGG
     rollout = rollout_of(method)
@@ -97,7 +98,7 @@ def test_group_fraction_trains_a_random_subset_of_whole_groups_per_step(backbone
     counter.remove()
 
 
-# --------------------------------------------------------------------------------- §G12 jagg_frac = 0 parity
+# ------------------------------------------------------------------------- invariant 9: jagg_frac = 0 parity
 @pytest.mark.parametrize("base", ["dance_grpo", "flow_grpo"])
 def test_jagg_frac_zero_is_bit_identical_to_the_baseline_backward(backbone, base):
     """Same rollout, same step order: JAGG with jagg_frac=0 runs the baseline's backward op for op (flow_grpo: with
@@ -114,7 +115,7 @@ def test_jagg_frac_zero_is_bit_identical_to_the_baseline_backward(backbone, base
     assert all(torch.equal(ours[k], baseline[k]) for k in ours)
 
 
-# ------------------------------------------------------------------------------------- §G11 loss invariance
+# ----------------------------------------------------------------------------- invariant 8: loss invariance
 @pytest.mark.parametrize("base", ["dance_grpo", "flow_grpo"])
 def test_logged_loss_of_jagg_groups_equals_the_exact_per_step_loss(backbone, base):
     method = jagg(backbone, f"method.base={base}", "method.jagg_frac=1")

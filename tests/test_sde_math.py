@@ -1,4 +1,5 @@
-"""Spec jagg_grpo.md §G items 1-3: the unified SDE step against both repos' code forms, schedules, rho = 1."""
+"""docs/methods/grpo_baselines.md#tested-invariants, items 1-3: the unified SDE step against both repos' code
+forms, schedules, rho = 1."""
 from __future__ import annotations
 
 import math
@@ -12,7 +13,7 @@ from models.sigma_grids import static_shift_sigmas
 
 
 
-pytestmark = pytest.mark.usefixtures("float64")   # the spec's invariants, in float64 (conftest)
+pytestmark = pytest.mark.usefixtures("float64")   # the documented invariants, in float64 (conftest)
 
 
 def dance_flux_step(x, v, sigma, sigma_next, eta, noise):
@@ -97,7 +98,7 @@ def test_schedules():
         assert sig[0] == 1.0 and sig[-1] == 0.0 and sig.numel() == n + 1
         assert (sig[1:] < sig[:-1]).all()
         torch.testing.assert_close(sig, time_shift(1 - torch.arange(n + 1) / n, s))
-    # spec §A.2's N=21, S=3 table
+    # the N=21, S=3 table of docs/methods/grpo_baselines.md#sigma-schedules
     expected = [1.0, .9836, .9661, .9474, .9273, .9057, .8824, .8571, .8298, .8, .7674, .7317, .6923, .6486, .6,
                 .5455, .4839, .4138, .3333, .24, .1304, 0.0]
     torch.testing.assert_close(linear_shift_sigmas(21, 3.0), torch.tensor(expected), atol=5e-5, rtol=0)
@@ -110,7 +111,7 @@ def test_schedules():
 
 
 def test_fresh_recompute_gives_ratio_one():
-    """Same weights, same inputs, same dtype: rho = 1 exactly (spec §G.3)."""
+    """Same weights, same inputs, same dtype: rho = 1 exactly (invariant 3)."""
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(9, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8)).float()
     sde = FlowSDEScheduler(linear_shift_sigmas(6, 3.0), "dance", 0.3)

@@ -1,4 +1,4 @@
-"""The shared SOC math of Adjoint Matching and EAM in float64 (spec eam.md §A, §C, §F.1–F.5, F.10–F.11)."""
+"""The shared SOC math of Adjoint Matching and EAM in float64 (docs/methods/eam.md#tested-invariants, items 1-8)."""
 from __future__ import annotations
 
 import math
@@ -19,7 +19,7 @@ from models.toy_gaussian_config import ToyGaussianModelConfig
 from rewards.gaussian_tilt import GaussianTiltReward
 from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
-pytestmark = pytest.mark.usefixtures("float64")   # the spec's invariants, in float64 (conftest)
+pytestmark = pytest.mark.usefixtures("float64")   # the documented invariants, in float64 (conftest)
 
 
 def toy(mu0, var0, dim=3, **kw) -> ToyGaussianBackbone:
@@ -43,7 +43,7 @@ def PromptRepeat(emb, n):
 T = torch.tensor([0.05, 0.3, 0.5, 0.7, 0.95], dtype=torch.float64)
 
 
-# ------------------------------------------------------------------------------------------- §F.1 schedule identities
+# ----------------------------------------------------------------------------------- invariant 1: schedule identities
 def test_memoryless_schedule_identities():
     s = MemorylessSchedule(offset=0.0)
     assert torch.allclose(s.sigma(T) ** 2, 2 * (1 - T) / T, rtol=1e-14)
@@ -84,7 +84,7 @@ def test_linear_base_variance_ode_and_velocity(c):
         assert float(base.drift_coef(torch.ones(1))) == pytest.approx(1.0)
 
 
-# ------------------------------------------------------------------------------------ §F.3 closed-form adjoint
+# ---------------------------------------------------------------------------- invariant 3: closed-form adjoint
 def rk4_backward_adjoint(d_coef, t_end: float, n: int = 20000) -> float:
     """Integrate a' = -D(t) a from a(1) = 1 down to t_end with classical RK4 (scalar, float64)."""
     a, t = 1.0, 1.0
@@ -101,7 +101,7 @@ def rk4_backward_adjoint(d_coef, t_end: float, n: int = 20000) -> float:
 
 
 def test_closed_form_adjoint_equals_integrated_lean_adjoint_ode():
-    """Spec §F.3 table (c^2 = 1.7): Phi(1, t) = c^2 t / m_t against a numerically integrated a' = -D_c a."""
+    """Invariant 3's table (c^2 = 1.7): Phi(1, t) = c^2 t / m_t against a numerically integrated a' = -D_c a."""
     base = LinearMemorylessBase(math.sqrt(1.7))
     expected = {0.05: 0.093741, 0.3: 0.793157, 0.7: 1.289274, 0.95: 1.050919}
     for t, ref in expected.items():
@@ -114,7 +114,7 @@ def test_closed_form_adjoint_equals_integrated_lean_adjoint_ode():
 
 
 def test_am_vjp_lean_adjoint_solver_reproduces_the_closed_form():
-    """Spec §F.3 cross-check: AM's VJP-based solver, run through a backbone whose pretrained velocity *is* v_c (data
+    """Invariant 3's cross-check: AM's VJP-based solver, run through a backbone whose pretrained velocity *is* v_c (data
     N(0, c^2)), so that its memoryless drift is D_c x, reproduces Phi(1, t) grad g up to O(h)."""
     c2 = 1.7
     base = LinearMemorylessBase(math.sqrt(c2))
@@ -141,7 +141,7 @@ def test_am_vjp_lean_adjoint_solver_reproduces_the_closed_form():
     assert errors[0] / errors[1] == pytest.approx(2.0, rel=0.1) and errors[1] / errors[2] == pytest.approx(2.0, rel=0.1)
 
 
-# ------------------------------------------------------------------------------------------- §F.2 kernel / marginal
+# ----------------------------------------------------------------------------------- invariant 2: kernel / marginal
 def test_kernel_has_the_base_marginal_and_the_base_bridge():
     c2 = 1.7
     base = LinearMemorylessBase(math.sqrt(c2))
@@ -180,11 +180,11 @@ def test_kernel_has_the_base_marginal_and_the_base_bridge():
         assert resid == pytest.approx((1 - t) ** 2, rel=0.05)
 
 
-# ---------------------------------------------------------------------------------------- §F.11 terminal score
+# --------------------------------------------------------------------------------- invariant 8: terminal score
 @pytest.mark.parametrize("delta,expected", [(0.05, 3.79), (0.02, 3.967), (0.005, 3.998)])
 def test_delta_shrink_terminal_score_is_the_smoothed_analytic_score(delta, expected):
     """Data N(3, 0.05): the Tweedie shrink estimate through the frozen toy model equals the score of the smoothed law
-    N(3, 0.05 + tau^2), tau = delta / (1 - delta), to machine precision; the naive one is biased (spec table)."""
+    N(3, 0.05 + tau^2), tau = delta / (1 - delta), to machine precision; the naive one is biased (invariant 8)."""
     mu0, var0 = 3.0, 0.05
     bb = toy(mu0, var0)
     x1 = torch.tensor([[2.8, 2.8, 2.8], [3.0, 3.0, 3.0], [3.2, 3.2, 3.2]])
@@ -199,7 +199,7 @@ def test_delta_shrink_terminal_score_is_the_smoothed_analytic_score(delta, expec
     assert float((shrink - (-(x1 - mu0) / var0)).abs().max()) < 2 * tau2 / var0 ** 2 * 0.2 + 1e-9
 
 
-# ------------------------------------------------------------------------------- §F.4–F.5 the regression target
+# ------------------------------------------------------------------------ invariants 4-5: the regression target
 def test_tilted_gaussian_reference_numbers_and_linear_sign():
     r = GaussianTiltReward(GaussianTiltRewardConfig(kind=TiltKind.quadratic, gamma=1.0, target=[2.0]))
     mu, var = r.tilted_gaussian(torch.tensor([0.5]), torch.tensor([0.6]), 0.8, channel_of_dim=torch.tensor([0]))
@@ -215,7 +215,7 @@ def test_tilted_gaussian_reference_numbers_and_linear_sign():
 
 
 def test_eam_target_is_unbiased_at_the_optimum():
-    """Spec §F.5(a): with X_1 ~ p* and X_t ~ q_t, E[v_tgt | X_t] is the flow-matching velocity v* of p* -- the fixed
+    """Invariant 5: with X_1 ~ p* and X_t ~ q_t, E[v_tgt | X_t] is the flow-matching velocity v* of p* -- the fixed
     point of the EAM regression is the tilted law (1-D regression slope/intercept, 4e5 samples)."""
     mu0, var0, lam, gamma, y = 0.5, 0.6, 0.8, 1.0, 2.0
     var_s = 1 / (1 / var0 + lam * gamma)
@@ -241,8 +241,8 @@ def test_eam_target_is_unbiased_at_the_optimum():
 
 
 def test_eam_target_is_pointwise_exact_for_a_gaussian_base_model():
-    """Spec §F.5(c): p_pre = N(0, c^2), lambda = 0, v_theta = v_pre = v_c and the analytic terminal score: the target
-    equals v_c(X_t) exactly (zero loss); the Tweedie estimate leaves an O(tau^2) residual."""
+    """Invariant 5, pointwise: p_pre = N(0, c^2), lambda = 0, v_theta = v_pre = v_c and the analytic terminal score:
+    the target equals v_c(X_t) exactly (zero loss); the Tweedie estimate leaves an O(tau^2) residual."""
     c = 1.3
     base = LinearMemorylessBase(c)
     gen = torch.Generator().manual_seed(6)
@@ -260,7 +260,7 @@ def test_eam_target_is_pointwise_exact_for_a_gaussian_base_model():
 
 
 def test_am_adjoint_sign_points_the_control_along_the_reward():
-    """Spec §B.4: a(1) = -lambda grad r; the regression target for u is -sigma a, along +grad r."""
+    """Invariant 6: a(1) = -lambda grad r; the regression target for u is -sigma a, along +grad r."""
     s = MemorylessSchedule()
     grad_r = torch.tensor([[1.0, -2.0, 0.5]])
     a1 = -3.0 * grad_r
@@ -268,7 +268,7 @@ def test_am_adjoint_sign_points_the_control_along_the_reward():
     assert bool(((u_target * grad_r) > 0).all())
 
 
-# ------------------------------------------------------------------------------------ §F.10 convention adapter
+# ----------------------------------------------------------------------------- invariant 7: convention adapter
 def test_time_convention_adapter():
     mu, var = torch.tensor([0.5, -0.5, 0.0]), torch.tensor([0.6, 0.6, 1.0])
     bb = toy(mu.tolist(), var.tolist())

@@ -109,7 +109,7 @@ def test_eam_loss_time_modes(tmp_path):
 def test_control_is_zero_at_initialisation_and_moves_with_training(finetune, tmp_path):
     """u = (2 / sigma) (v_theta - v_pre) with v_pre = the same weights with the adapter disabled (LoRA) or a frozen copy
     (full): exactly zero before training, non-zero after; the pretrained velocity never changes. EAM's control
-    relative to its *linear* base is (2 / sigma) (v_pre - v_c) at initialisation (spec §C.6)."""
+    relative to its *linear* base is (2 / sigma) (v_pre - v_c) at initialisation (invariant 11)."""
     trainer, _ = one_step(tmp_path, ["method=adjoint_matching", "method.sampling_steps=8", "method.loss_clip=0",
                                      f"model.finetune={finetune}"])
     bb, method = trainer.backbone, trainer.method

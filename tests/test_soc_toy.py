@@ -1,6 +1,6 @@
-"""The acceptance test of the reconstruction (issue 5, spec eam.md §F): on a Gaussian toy with an analytic tilted
-target, EAM and Adjoint Matching, trained through the shared trainer loop (experiment=toy_eam / toy_am), produce
-samples with the tilted mean and variance -- for several seeds -- and not the untilted ones.
+"""The acceptance test of the reconstruction (issue 5; docs/methods/eam.md#the-gaussian-toy): on a Gaussian toy with an
+analytic tilted target, EAM and Adjoint Matching, trained through the shared trainer loop (experiment=toy_eam /
+toy_am), produce samples with the tilted mean and variance -- for several seeds -- and not the untilted ones.
 
 Problem (conf/model/toy_gaussian.yaml, conf/reward/gaussian_tilt.yaml): 3-D pretrained law N(mu0, diag var0) with
 mu0 = (0.5, -0.5, 0), var0 = (0.6, 0.6, 1.0), reward -||x - y||^2 / 2 with y = (2, 1, -1), lambda = 0.8; the target is
@@ -8,8 +8,8 @@ N(mu*, var*) with mu* = (0.986, -0.014, -0.444), var* = (0.405, 0.405, 0.556). S
 50-step Heun ODE. Tolerances (absolute, every dimension, every seed):
 
 * EAM (20-step Euler endpoint, K_t = 4):               |mean - mu*| <= 0.04, |var - var*| <= 0.04
-* AM (K = 40 Euler–Maruyama steps):                    |mean - mu*| <= 0.07, |var - var*| <= 0.05 (the spec's
-  O(1/K) discretisation bias of AM, §F.8, is ~0.05 on the mean at K = 40)
+* AM (K = 40 Euler–Maruyama steps):                    |mean - mu*| <= 0.07, |var - var*| <= 0.05 (the
+  O(1/K) discretisation bias of AM is ~0.05 on the mean at K = 40)
 * neither is the untilted law: the distance to the target is < 1/3 of the distance to the untilted mean / variance.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_eam_lora_learns_the_tilted_gaussian(tmp_path):
 
 
 def test_biased_anchor_variant_misses_the_target(tmp_path):
-    """Spec §F.7 estimator discrimination: the 'pretrained anchor' ablation (Option B) converges elsewhere, so the
+    """Estimator discrimination (invariant 12): the 'pretrained anchor' ablation (Option B) converges elsewhere, so the
     toy really tells estimators apart."""
     mean, var, (mu_t, var_t), _, _ = train_toy(tmp_path, "toy_eam", 0, "method.terminal_score=anchor")
     print(f"\nanchor: mean {mean.tolist()} var {var.tolist()} (target {mu_t.tolist()} / {var_t.tolist()})")

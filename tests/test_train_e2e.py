@@ -63,7 +63,7 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     assert not missing, f"{method} x {model}: missing metrics {missing}"
     assert row["health/skipped_updates"] == 0
     assert any(not torch.equal(p, q) for p, q in zip(trainer.params, before))
-    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1
+    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1              # after the method is built (NFT: no CFG)
     b, n = 4, cfg.method.sampling_steps                  # smoke: 2 prompts x 2 generations, 6 steps
     fwd, bwd = expected_passes_per_sample(cfg.method, n)
     assert (row["count/transformer_fwd"], row["count/transformer_bwd"]) == (cfg_factor * b * fwd, cfg_factor * b * bwd)
@@ -72,15 +72,19 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
 
 
 def expected_passes_per_sample(m, n: int) -> tuple[int, int]:
-    """(forwards, backwards) per sample of one step for each method at the smoke scale, from its spec's counting:
+    """(forwards, backwards) per sample of one step for each method at the smoke scale, from its documented counting:
     a trained GRPO transition is a forward + backward (plus a reference forward with KL); JAGG does 2 backwards per
     group of W trained steps and exact ones on the rest; Flash-GRPO trains one step; EAM runs the endpoint ODE, one
-    Tweedie forward and K_t loss passes; AM the K-step rollout, the denoising forward, K VJPs and |S| loss passes."""
+    Tweedie forward and K_t loss passes; AM the K-step rollout, the denoising forward, K VJPs and |S| loss passes;
+    DiffusionNFT the N-step rollout and, per trained time, the sampling and trained (and reference) forwards."""
     if m.name == "eam":
         return m.endpoint_nfe + 1 + m.loss_timesteps, m.loss_timesteps
     if m.name == "adjoint_matching":
         loss = min(m.loss_last_steps, n) + min(m.loss_random_steps, n - min(m.loss_last_steps, n))
         return n + 1 + n + loss, n + loss
+    if m.name == "diffusion_nft":               # N-step ODE rollout; per trained time v_old and v (and v_ref with KL)
+        trained = int(m.timestep_fraction * n)   # forwards and one backward
+        return n + trained * (3 if m.kl_beta > 0 else 2), trained
     if m.name == "flash_grpo":
         trained, bwd = 1, 1
     elif m.name == "jagg":                      # dance_grpo base, N = 9: 8 trained steps, group 0 JAGG, group 1 exact

@@ -20,10 +20,16 @@ from launcher.compare.runs import ABSENT, RunData, config_get, flatten, show
 DEFAULT_BY = ("method.name",)
 CONTEXT_KEYS = ("model.name", "reward.name", "data.name")
 # Config keys that differ between the seeds of one setting without changing what is trained: the seed itself,
-# logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming.
+# logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming,
+# how often it evaluates (evaluation never changes training).
 IGNORED = ("trainer.seed", "trainer.progress", "trainer.sample_every", "trainer.num_sample_images",
            "trainer.threads", "trainer.resume*", "trainer.checkpoint*", "trainer.ckpt*", "output_root", "task_name",
-           "logger.*", "cluster.*", "hydra.*")
+           "logger.*", "cluster.*", "hydra.*", "eval.every")
+# The held-out evaluation is one ruler only if every run evaluates the same way: same prompts, samples, sampler
+# steps, guidance, rewards. How often it evaluates, and whether it evaluates EMA weights (a training choice), may
+# differ.
+RULER = "eval.*"
+RULER_FREE = ("eval.every", "eval.use_ema")
 
 
 @dataclass
@@ -122,6 +128,22 @@ def _check_context(runs: list[RunData], by: list[str], allow_mixed) -> None:
         f"--by {','.join(by + [k for k, _ in differing])}; or ignore the difference with --allow-mixed {keys}")
 
 
+def check_ruler(runs: list[RunData], allow_mixed=()) -> None:
+    """Refuse to compare held-out metrics measured differently (``eval.*`` settings other than RULER_FREE)."""
+    flat = [flatten(r.config) for r in runs]
+    keys = sorted(k for k in set().union(*flat) if fnmatch.fnmatchcase(k, RULER)
+                  and not _allowed(k, RULER_FREE) and not _allowed(k, allow_mixed))
+    differing = [(k, seen) for k in keys if len(seen := Counter(show(f.get(k, ABSENT)) for f in flat)) > 1]
+    if not differing:
+        return
+    what = "; ".join(f"{k} = {_counts(seen)}" for k, seen in differing[:6])
+    keys = ",".join(k for k, _ in differing[:6])
+    raise CompareError(f"these runs evaluate differently: {what}. A held-out metric compares methods only when "
+                       f"every run measures it the same way. Fix: keep one with --where {differing[0][0]}="
+                       f"{differing[0][1].most_common(1)[0][0]}; or compare on the training reward with --metric "
+                       f"reward/mean; or ignore the difference with --allow-mixed {keys}")
+
+
 def _check_seeds_only(group: Group, by: list[str], allow_mixed) -> None:
     if len(group.runs) < 2:
         return
@@ -152,7 +174,7 @@ def _counts(seen: Counter) -> str:
 
 def select_baseline(groups: list[Group], name: str | None) -> Group:
     """The group named by ``--baseline`` (its label, or its method name when that is unique); by default the
-    DanceGRPO group when there is one (the reference every method in the spec is measured against), else the
+    DanceGRPO group when there is one (the baseline the accelerated methods are measured against), else the
     first group."""
     if name is None:
         named = [g for g in groups if g.label == "dance_grpo"]

@@ -1,6 +1,6 @@
 """The record every source (run folder, offline W&B file, W&B online run) is turned into, and config-key helpers.
 
-Metric names are the public ones the trainer logs (README "Metrics"); nothing here depends on where a run came from.
+Metric names are the public ones the trainer logs (docs/metrics.md); nothing here depends on where a run came from.
 """
 from __future__ import annotations
 
