@@ -65,13 +65,25 @@ class AdjointMatching(SOCMethod):
                        "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
+    @classmethod
+    def loss_step_counts(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
+        """``(last, random)``: the last ``min(loss_last_steps, K)`` grid steps and ``min(loss_random_steps, rest)``
+        random earlier ones enter the loss (fewer than asked when K is small, e.g. at CPU-demo scale)."""
+        k = int(cfg.sampling_steps)
+        last = min(int(cfg.loss_last_steps), k)
+        return last, min(int(cfg.loss_random_steps), k - last)
+
+    @classmethod
+    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
+        """K rollout forwards, the denoising forward (``denoise_last_step``), K VJPs of the frozen base (forward +
+        backward) and a forward + backward per loss step."""
+        k, loss = int(cfg.sampling_steps), sum(cls.loss_step_counts(cfg))
+        return k + int(cfg.denoise_last_step) + k + loss, k + loss
+
     def loss_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """(n, T) grid indices: the last ``min(loss_last_steps, K)`` steps and ``min(loss_random_steps, rest)``
-        distinct random earlier steps per sample (fewer when K is small, e.g. at CPU-demo scale)."""
-        k = self.num_steps
-        last = min(int(self.cfg.loss_last_steps), k)
-        rand = min(int(self.cfg.loss_random_steps), k - last)
-        return am_loss_steps(n, k, last, rand, generator).sort(dim=1).values     # in grid order
+        """(n, T) grid indices per sample (:meth:`loss_step_counts`), the random ones distinct, in grid order."""
+        last, rand = self.loss_step_counts(self.cfg)
+        return am_loss_steps(n, self.num_steps, last, rand, generator).sort(dim=1).values
 
     # -- 1. rollout ---------------------------------------------------------------------------------------------
     @torch.no_grad()

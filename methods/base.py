@@ -92,6 +92,13 @@ class Method(abc.ABC):
         """Whether the backbone must keep the frozen pretrained policy (KL, adjoint methods)."""
         return False
 
+    @classmethod
+    def passes_per_sample(cls, cfg: MethodConfig) -> tuple[int, int]:
+        """Transformer ``(forward, backward)`` evaluations per sample in one step of this method with ``cfg``, as the
+        trainer counts them on the model (``count/transformer_fwd``, ``count/transformer_bwd``; true CFG doubles
+        both). A method declares it so that a test checks the counted passes against it, for any config."""
+        raise NotImplementedError(f"{cls.__name__} does not declare its transformer passes per sample")
+
     @property
     def samples_per_step(self) -> int:
         return int(self.cfg.prompts_per_step) * int(self.cfg.group_size)

@@ -73,6 +73,14 @@ class EAM(SOCMethod):
                            f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid "
                            f"(got {m.loss_timesteps})")
 
+    @classmethod
+    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:
+        """The endpoint's ``endpoint_nfe`` forwards, one frozen forward for the terminal score (``anchor``: one per
+        loss time instead) and a forward + backward per loss time."""
+        kt = int(cfg.loss_timesteps)
+        frozen = kt if cfg.terminal_score == TerminalScore.anchor else 1
+        return int(cfg.endpoint_nfe) + frozen + kt, kt
+
     # -- loss times (docs/methods/eam.md#loss-times) ------------------------------------------------------------
     def loss_times(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, K_t) float64 AM times of the loss terms.

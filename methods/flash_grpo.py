@@ -62,6 +62,10 @@ class FlashGRPO(GRPO):
         errors.require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn",
                        f"must be >= 0 (got {m.pre_update_clip_warn})")
 
+    @classmethod
+    def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
+        return 1                                                       # k*
+
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
     def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
         k = group_sde_indices(group_keys, self.pool, self.cfg.sde_index_sampling, bool(self.cfg.iso_temporal),

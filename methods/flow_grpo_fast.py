@@ -17,6 +17,10 @@ class FlowGRPOFast(FlowGRPO):
     cfg: FlowGRPOFastConfig
 
     @classmethod
+    def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:
+        return int(cfg.window_size) or int(cfg.sampling_steps) - 1     # the window; size 0: (0, N-1)
+
+    @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.method

@@ -52,6 +52,18 @@ class GRPO(Method):
     def needs_reference(cls, cfg: GRPOConfig) -> bool:
         return cfg.kl_beta > 0
 
+    @classmethod
+    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+        """How many transitions each sample trains (the variant's rule)."""
+        raise NotImplementedError
+
+    @classmethod
+    def passes_per_sample(cls, cfg: GRPOConfig) -> tuple[int, int]:
+        """The N-step rollout, then per trained transition a forward (and a reference forward with KL) and a
+        backward."""
+        trained = cls.trained_per_sample(cfg)
+        return cfg.sampling_steps + trained * (2 if cfg.kl_beta > 0 else 1), trained
+
     # -- hooks for the baselines --------------------------------------------------------------------------------
     def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, N) bool: which transitions inject noise. Default: every step is an SDE step."""

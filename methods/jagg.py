@@ -13,6 +13,7 @@ override is the baseline's own code.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -70,6 +71,21 @@ class JAGG(GRPO):
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
         """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given)."""
         raise NotImplementedError
+
+    @classmethod
+    def trained_per_sample(cls, cfg: JAGGConfig) -> int:
+        return cls.num_trainable(cfg)
+
+    @classmethod
+    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:
+        """The baseline's forwards; backward rows: 2 per JAGG group, W per exact one (a step of ``diagnose_every``
+        runs both routes). With ``group_fraction < 1`` the groups, and so the count, are drawn per step."""
+        variant = VARIANTS[cfg.base]
+        if cfg.group_fraction < 1:
+            raise ValueError("method.group_fraction < 1 draws the trained groups per step: no fixed pass count")
+        fwd, _ = super(JAGG, variant).passes_per_sample(cfg)
+        layout = GroupLayout(variant.num_trainable(cfg), int(cfg.window), float(cfg.jagg_frac), cfg.remainder)
+        return fwd, layout.backward_rows_per_sample()
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
@@ -256,8 +272,8 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
 
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        n = int(sampling_steps or m.sampling_steps)
-        return max(1, min(n - 1, int(m.timestep_fraction * n)))     # FlowGRPO.num_trained, from the config
+        n = sampling_steps or m.sampling_steps
+        return FlowGRPO.trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:
@@ -270,7 +286,8 @@ class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
 
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        return int(m.window_size) or int(sampling_steps or m.sampling_steps) - 1
+        n = sampling_steps or m.sampling_steps
+        return FlowGRPOFast.trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from families import NAMES as TWIN_NAMES
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 
@@ -47,7 +49,10 @@ def test_cpu_smoke_reports_every_section(tmp_path):
 
     bf16 = res["bf16"]
     assert bf16["status"] == "ok"
-    for name in ("flux", "sd35m", "qwenimage", "wan2.1"):
+    from models.real_transformers import FAMILIES
+
+    assert set(FAMILIES) <= set(bf16)                    # every family with a published transformer config
+    for name in FAMILIES:
         fam = bf16[name]
         assert fam["status"] == "ok", fam
         assert all(_positive(fam[k]) for k in ("fwd_s", "fwd_bwd_s", "build_s", "grad_norm", "image_tokens")), fam
@@ -144,13 +149,13 @@ def test_master_weights_are_fp32_where_they_fit_an_h200_and_bf16_for_qwen_image(
     cuda = torch.device("cuda", 0)
     chosen = {name: gc.choose_param_dtype(cuda, fam.count_parameters(fam.config))[0]
               for name, fam in FAMILIES.items()}
-    assert chosen == {"flux": torch.float32, "sd35m": torch.float32, "qwenimage": torch.bfloat16,
-                      "wan2.1": torch.float32}
+    known = {"flux": torch.float32, "sd35m": torch.float32, "qwenimage": torch.bfloat16, "wan2.1": torch.float32}
+    assert {name: chosen[name] for name in known} == known
     assert gc.choose_param_dtype(torch.device("cpu"), 10**12)[0] == torch.float32
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("twin", ["tiny_flux", "tiny_sd35m", "tiny_qwenimage", "tiny_wan2.1"])
+@pytest.mark.parametrize("twin", TWIN_NAMES)
 def test_call_inputs_are_what_the_adapter_hands_the_transformer(twin):
     """models/real_transformers.py rebuilds each adapter's transformer call without the adapter: the same keyword
     arguments, tensor ranks and dtypes, rows (CFG doubles them) and timestep values as the adapter's ``velocity``."""
