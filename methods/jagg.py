@@ -69,8 +69,10 @@ class JAGG(GRPO):
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given)."""
-        raise NotImplementedError
+        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given).
+        Default: the baseline's own trained-step rule."""
+        n = sampling_steps or m.sampling_steps
+        return super(JAGG, cls).trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
     def trained_per_sample(cls, cfg: JAGGConfig) -> int:
@@ -271,11 +273,6 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
     """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
 
     @classmethod
-    def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        n = sampling_steps or m.sampling_steps
-        return FlowGRPO.trained_per_sample(dataclasses.replace(m, sampling_steps=n))
-
-    @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:
         return (f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
                 f" = {cls.num_trainable(m)} steps")
@@ -283,11 +280,6 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
 
 class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
     """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
-
-    @classmethod
-    def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        n = sampling_steps or m.sampling_steps
-        return FlowGRPOFast.trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:
