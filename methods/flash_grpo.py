@@ -23,7 +23,6 @@ from methods.advantages import compute_advantages
 from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
 from methods.grpo import GRPO, _require
-from methods.losses import kl_to_reference
 from methods.rectification import WEIGHT_NORMS, rectification_factor, rectification_weights
 from methods.sde_index import SDE_INDEX_SAMPLINGS, default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
@@ -61,6 +60,10 @@ class FlashGRPO(GRPO):
                  f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
                  f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
         _require(m.pre_update_clip_warn >= 0, "pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})")
+        _require(not (m.kl_rectify and m.noise_kernel == "cps"), "kl_rectify",
+                 "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as lambda^2; "
+                 "under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or another "
+                 "method.noise_kernel")
 
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
     def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
@@ -127,8 +130,7 @@ class FlashGRPO(GRPO):
         x = rollout.latents[samples, index]
         mean, _ = self.sde.mean_std(x, velocity, index)
         ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
+        return self.kl_term(mean, ref_mean, index)
 
     def step_metrics(self) -> dict[str, float]:
         return self.diagnostics.flush()

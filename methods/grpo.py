@@ -47,6 +47,9 @@ class GRPO(Method):
         _require(0 < m.timestep_fraction <= 1, "timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
         _require(m.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
         _require(m.noise_kernel in NOISE_KERNELS, "noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
+        _require(m.noise_kernel != "cps" or m.eta <= 1, "eta", f"with noise_kernel=cps the noise level a sets the "
+                 f"step's std sigma_next sin(a pi/2) and must be in (0, 1] (got {m.eta}); upstream's CPS configs use "
+                 f"0.8. Fix: method.eta=0.8")
         _require(m.advantage in ADVANTAGE_MODES, "advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
         _require(m.decode in ("final", "pred_x0"), "decode", f"must be final or pred_x0 (got {m.decode!r})")
         _require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
@@ -143,12 +146,17 @@ class GRPO(Method):
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
         loss, stats = ppo_clip_loss(log_prob, old, rollout.advantages[samples], self.cfg.clip_range)
         if ref_velocity is not None:
-            ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-            delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-            kl = kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
+            kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
             loss = loss + self.cfg.kl_beta * kl
             stats["kl"] = kl.detach()
         return loss, stats
+
+    def kl_term(self, mean: torch.Tensor, ref_mean: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Per-sample KL of the policy's step to the reference's. Upstream's CPS code divides by the step's own
+        variance, i.e. the exact Gaussian KL, so ``noise_kernel=cps`` always takes the exact form (docs/cps.md)."""
+        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+        exact = bool(self.cfg.kl_exact) or self.sde.noise_kernel == "cps"
+        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), exact, delta)
 
     def velocity_at(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
                     reference: bool = False) -> torch.Tensor:

@@ -16,8 +16,8 @@ class GRPOConfig:
     sampling_steps: int = 16          # N denoising steps
     shift: float = 3.0                # SD3 time shift S
     schedule: str = "linear_shift"    # linear_shift (DanceGRPO) | scheduler (the family's diffusers scheduler)
-    noise_kernel: str = "dance"       # dance: g = eta | flow: g = eta * sqrt(sigma / (1 - sigma))
-    eta: float = 0.3                  # eta (dance) or noise level a (flow)
+    noise_kernel: str = "dance"       # dance: g = eta | flow: g = eta * sqrt(sigma / (1 - sigma)) | linear | cps
+    eta: float = 0.3                  # eta (dance) or noise level a (flow, cps)
     quantize_timestep: bool = False   # feed the model floor(1000 sigma) / 1000 (DanceGRPO)
     init_same_noise: bool = False     # one initial latent per prompt group (DanceGRPO init_same_noise)
     decode: str = "final"             # final: decode x_N (Flow-GRPO) | pred_x0: x0 predicted at the last step (Dance)
