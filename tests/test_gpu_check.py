@@ -56,10 +56,12 @@ def test_rehearsal_on_a_python_like_the_gpu_machines(tmp_path):
     lines; the figures relate as they must (FLOPs double with the batch, checkpointing recomputes, FSDP and compiled
     outputs stay finite).
 
-    What it cannot: the GPU machine runs CPython 3.12 and torch 2.11 (here 3.11 and this machine's torch 2.14.1,
-    numpy 2.4.6 instead of 2.5.2; the wheels are pure Python or abi3, so the same files install on both), so an API
-    torch 2.11 lacks or a 3.12-only difference shows only there; and nothing CUDA runs here: NCCL, pinned memory,
-    out-of-memory handling, inductor, the attention kernels, and every time, rate and memory figure at real size.
+    What it cannot: the GPU machine runs CPython 3.12 and its own torch (here CPython 3.11, and this machine's torch,
+    torchvision, triton and numpy: ``LINKED_DESPITE_VERSION`` in tests/gpu_machine_env.py says why; the wheels are
+    pure Python or abi3, so the same files install on both), so an API that torch lacks or a 3.12-only difference
+    shows only there; and nothing CUDA runs here: NCCL, pinned memory, out-of-memory handling, inductor, the
+    attention kernels, and every time, rate and memory figure at real size (test_the_gpu_sizes_run_on_the_meta_device
+    covers the published shapes without memory).
     """
     import gpu_machine_env
 
@@ -73,6 +75,7 @@ def test_rehearsal_on_a_python_like_the_gpu_machines(tmp_path):
     assert not set(names) & set(gpu_machine_env.machine_packages()), names      # nothing the machine has
 
     venv = gpu_machine_env.build(tmp_path / "venv")
+    print("rehearsal venv deviates from the GPU machine in:", venv.deviations)
     env = _gpu_like_env(venv.python.parent, tmp_path / "site", tmp_path / "twins")
     bare = subprocess.run([str(venv.python), "-c", "import diffusers"], env=env, capture_output=True, text=True)
     assert bare.returncode != 0 and "diffusers" in bare.stderr                  # only the wheels bring it
