@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The wheels scripts/gpu_check.py needs on the GPU machine and does not find there, into .whl/ (git-ignored), for
 # that machine's CPython 3.12 on manylinux x86-64. The machine has no package index: the folder travels with the
-# working tree (the device tool's `carry: [".whl"]`, 64 MiB with the tree) and is installed there with
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-# (scripts/gpu_run.sh; docs/gpu_check.md).
+# working tree (the device tool's `carry: [".whl"]`, 64 MiB with the tree) and scripts/gpu_run.sh installs it there
+# without an index (pip install --no-index --no-deps --target /tmp/site .whl/*.whl; docs/gpu_check.md).
 #
 # What is shipped: the packages the check imports (directly or through the project's modules) that
 # requirements/gpu-machine.txt does not list, at the versions requirements/lock-cpu.txt pins (the ones CI tests).
@@ -44,12 +43,13 @@ wheel_file() {   # the wheel of name==version already in $DEST, if any (wheel na
 
 mkdir -p "$DEST"
 # the machine's package names, normalised (PEP 503) in one pass
-preinstalled=" $(grep -vE '^(#|$)' "$MACHINE" | sed -E 's/==.*//' | tr 'A-Z' 'a-z' | sed -E 's/[-_.]+/-/g' | tr '\n' ' ')"
+preinstalled=" $(grep -vE '^(#|$)' "$MACHINE" | sed -E 's/==.*//' | tr 'A-Z' 'a-z' | sed -E 's/[-_.]+/-/g' |
+                tr '\n' ' ')"
 declare -A KEEP=()
 for name in "${FROM_PYPI[@]}" "${SOURCE_ONLY[@]}"; do
   if [[ $preinstalled == *" $(normalize "$name") "* ]]; then
-    echo "gpu_wheels: $name is preinstalled on the GPU machine (requirements/gpu-machine.txt): shipping it would put a" \
-         "second version on PYTHONPATH; drop it from this script" >&2
+    echo "gpu_wheels: $name is preinstalled on the GPU machine (requirements/gpu-machine.txt): shipping it would" \
+         "put a second version on PYTHONPATH; drop it from this script" >&2
     exit 1
   fi
   version=$(pinned "$name")
@@ -76,7 +76,8 @@ done
 
 wheels=$(du -cb "$DEST"/*.whl | tail -1 | cut -f1)
 # what the device tool sends: tracked files plus untracked ones git does not ignore (.whl/ is ignored: counted above)
-tree=$(cd "$ROOT" && git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+tree=$(cd "$ROOT" && { git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null || true; } |
+       awk '{s += $1} END {print s + 0}')     # (a tracked file deleted in the tree has no size: skipped)
 total=$((wheels + tree))
 mib() { awk -v b="$1" 'BEGIN {printf "%.1f", b / 1048576}'; }
 echo "[gpu_wheels] ${#KEEP[@]} wheels in $DEST: $(mib "$wheels") MiB; working tree $(mib "$tree") MiB;" \

@@ -113,7 +113,8 @@ def measure_family(chk: Check, rec: Recorder, name: str, allowance: float) -> No
 
         label = f"{name} b{batch} {'fwd' if kind == 'fwd' else 'fwd+bwd'}" + (
             "" if checkpointing is None else (" ckpt" if checkpointing else " no-ckpt"))
-        line = {"family": name, "batch": batch, "rows": shape.rows * batch, "pass": kind, "checkpointing": checkpointing}
+        line = {"family": name, "batch": batch, "rows": shape.rows * batch, "pass": kind,
+                "checkpointing": checkpointing}
         budget = (end - time.monotonic()) / (len(plan) - i)
         status, oom = "ok", None
         try:
