@@ -22,7 +22,7 @@ printed last. The exit code is 0 only when every section ran to the end (``ok``)
 
     bash scripts/gpu_run.sh                                  # installs .whl/, then this script: ~8 min
     python3 scripts/gpu_check.py --sections families --families wan2.1 --wan-frames 81
-    .venv/bin/python scripts/gpu_check.py --cpu-smoke        # the same code on the CPU at toy sizes (~1 min)
+    .venv/bin/python scripts/gpu_check.py --cpu-smoke        # the same code on the CPU at toy sizes (1-2 min)
 """
 from __future__ import annotations
 
