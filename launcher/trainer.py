@@ -22,6 +22,7 @@ from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broa
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
+from launcher.run_lock import lock_run_dir
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
@@ -84,6 +85,9 @@ class Trainer:
                               f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
                               f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local")
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
+        if self.world.is_main:
+            log.info("run dir %s", info.run_dir)
+        self.run_lock = lock_run_dir(info.run_dir, self.world)    # one run per run dir (launcher/run_lock.py)
         if cfg.method.prompts_per_step % self.world.world_size:
             raise ConfigError(f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
                               f"{self.world.world_size} ranks (each rank samples whole prompt groups)")
@@ -298,6 +302,9 @@ class Trainer:
             for step in bar:
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
+                if self.run_lock is not None and self.run_lock.lost:
+                    raise RuntimeError(f"another process took this run dir's lock ({self.run_lock.lost}); "
+                                       f"stopping so that the two runs do not mix their files")
                 last = step == steps - 1
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
@@ -310,6 +317,8 @@ class Trainer:
         finally:
             if exit_code == 0 or not self.preemption.requested:
                 self._finish(exit_code)
+            if self.run_lock is not None:
+                self.run_lock.release()
         return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
 
     def _export(self) -> None:
