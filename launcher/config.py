@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -32,6 +32,7 @@ class TrainerConfig:
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
 
 

@@ -22,6 +22,7 @@ from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broa
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
+from launcher.resume import copy_history, load_start_point
 from launcher.run_lock import lock_run_dir
 from launcher.run_logger import RunLogger
 from launcher.validate import validate
@@ -117,7 +118,7 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
         self.start_step = 0
-        wandb_id = self._resume() if t.resume else None
+        wandb_id = self._resume()
         self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
                                 resume=self.start_step > 0, enabled=self.world.is_main)
         n_params = sum(p.numel() for p in self.params)
@@ -130,17 +131,22 @@ class Trainer:
         return self.info.run_dir / "wandb_run_id"
 
     def _resume(self) -> str | None:
-        """Load the latest complete checkpoint of this run dir, if any; return the W&B run id to continue."""
-        latest = broadcast_object(str(self.checkpoints.latest() or ""))
-        wandb_id = self._wandb_id_file().read_text().strip() if self._wandb_id_file().exists() else None
-        if latest:
-            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer,
-                                         extra=self.method.state_dict())
-            self.start_step = int(meta["step"]) + 1
-            self.wallclock = float(meta.get("wallclock_s", 0.0))
-            wandb_id = meta.get("wandb_run_id") or wandb_id
-            log.info("resuming at step %d from %s", self.start_step, latest)
-        return wandb_id
+        """Load the run's start point (launcher/resume.py); return the W&B run id to continue, if any."""
+        start = load_start_point(self.cfg, self.checkpoints, self.backbone.transformer, self.optimizer,
+                                 extra=self.method.state_dict())
+        own_id = self._wandb_id_file()
+        wandb_id = own_id.read_text().strip() if self.cfg.trainer.resume and own_id.exists() else None
+        if start is None:
+            return wandb_id
+        self.start_step = int(start.meta["step"]) + 1
+        self.wallclock = float(start.meta.get("wallclock_s", 0.0))
+        log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
+        if start.own_run:
+            return start.meta.get("wandb_run_id") or wandb_id
+        if self.world.is_main:                 # another run's checkpoint: a new W&B run, its curve from step 0
+            copy_history(start, self.info.run_dir)
+            own_id.unlink(missing_ok=True)
+        return None
 
     def save_checkpoint(self, step: int) -> Path:
         backend = self.logger.backend
