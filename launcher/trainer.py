@@ -25,6 +25,7 @@ from launcher import preemption
 from launcher.resume import copy_history, load_start_point
 from launcher.run_lock import lock_run_dir
 from launcher.run_logger import RunLogger
+from launcher.step_log import StepLog, progress_bar_shown
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
 
@@ -301,13 +302,16 @@ class Trainer:
 
         t = self.cfg.trainer
         steps = int(t.steps)
+        bar_shown = progress_bar_shown(t.progress, self.world.is_main)
         bar = tqdm(range(self.start_step, steps), desc=f"{self.cfg.method.name}", initial=self.start_step,
-                   total=steps, disable=not (t.progress and self.world.is_main), dynamic_ncols=True)
+                   total=steps, disable=not bar_shown, dynamic_ncols=True)
+        step_log = StepLog(t.log_every, steps, bar_shown, enabled=self.world.is_main)
         exit_code = 1
         try:
             for step in bar:
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
+                step_log(m)
                 if self.run_lock is not None and self.run_lock.lost:
                     raise RuntimeError(f"another process took this run dir's lock ({self.run_lock.lost}); "
                                        f"stopping so that the two runs do not mix their files")

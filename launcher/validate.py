@@ -35,6 +35,8 @@ def validate(cfg: DictConfig) -> list[str]:
         raise ConfigError(f"trainer.sample_every must be >= 0 (got {t.sample_every}); 0 disables image grids")
     if cfg.optimizer.lr <= 0:
         raise ConfigError(f"optimizer.lr must be > 0 (got {cfg.optimizer.lr})")
+    if t.log_every < 0:
+        raise ConfigError(f"trainer.log_every must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
     check_resume_from(cfg)
 
     method_cls = _component(cfg, "method")
