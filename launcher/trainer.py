@@ -28,6 +28,7 @@ from launcher.run_logger import RunLogger
 from launcher.step_log import StepLog, progress_bar_shown
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
+from models.prompt_truncation import truncation_warning
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,9 @@ class Trainer:
         method_cls = get_class(cfg.method._target_)
         with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
             self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        truncated = truncation_warning(self.backbone, self.prompts, cfg.model.name) if self.world.is_main else None
+        if truncated:
+            log.warning(truncated)
         if self.world.world_size > 1:
             from torch.distributed.device_mesh import init_device_mesh
 
@@ -329,7 +333,8 @@ class Trainer:
                 self._finish(exit_code)
             if self.run_lock is not None:
                 self.run_lock.release()
-        return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
+        last = self.logger.history[-1].get("reward/mean") if self.logger.history else None
+        return float("nan") if last is None else float(last)     # a non-finite reward is logged as null
 
     def _export(self) -> None:
         """The fine-tuned weights in the family's own format (a peft adapter or a diffusers transformer folder), next
