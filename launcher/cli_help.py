@@ -8,20 +8,31 @@ drops the schema entries from the words a completion query prints.
 from __future__ import annotations
 
 import contextlib
+import importlib.resources
 import io
 import sys
 from pathlib import Path
 from typing import Iterator
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 HIDDEN = ("schema", "hydra")      # hydra/* groups have their own page: --hydra-help
 
 
-def config_groups_text(conf_dir: Path = CONF_DIR) -> str:
-    """``group: option, option, ...`` per line for every group folder of ``conf/`` (Hydra's help layout)."""
+def _config_root():
+    """The folder Hydra reads the configs from: the config package, or a source checkout's conf/."""
+    from launcher import installation
+
+    path = installation.config_path()
+    if path.startswith("pkg://"):
+        return importlib.resources.files(path[len("pkg://"):])
+    return Path(path)
+
+
+def config_groups_text() -> str:
+    """``group: option, option, ...`` per line for every config group folder (Hydra's help layout)."""
     lines = []
-    for group in sorted(p for p in conf_dir.iterdir() if p.is_dir() and p.name not in HIDDEN):
-        options = sorted(p.stem for p in group.glob("*.yaml"))
+    for group in sorted((p for p in _config_root().iterdir() if p.is_dir() and p.name not in HIDDEN),
+                        key=lambda p: p.name):
+        options = sorted(p.name[: -len(".yaml")] for p in group.iterdir() if p.name.endswith(".yaml"))
         if options:
             lines.append(f"{group.name}: {', '.join(options)}")
     return "\n".join(lines) + "\n"
