@@ -329,7 +329,8 @@ class Trainer:
                     self.save_checkpoint(step)
             exit_code = 0
         finally:
-            if exit_code == 0 or not self.preemption.requested:
+            lost = self.run_lock is not None and self.run_lock.lost
+            if (exit_code == 0 or not self.preemption.requested) and not lost:   # lost: the run dir is another's
                 self._finish(exit_code)
             if self.run_lock is not None:
                 self.run_lock.release()
