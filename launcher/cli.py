@@ -44,6 +44,8 @@ def run(cfg: DictConfig, info=None) -> float:
     from launcher import preemption
 
     preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))   # before the slow imports: see preemption.py
+    if info is None and cfg.cluster.name == "local":
+        _lock_run_dir_early()
     from launcher.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
@@ -75,6 +77,19 @@ def run(cfg: DictConfig, info=None) -> float:
         if report:   # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
             raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
         raise
+
+
+def _lock_run_dir_early() -> None:
+    """A single-process run (this process is rank 0) locks its run dir before the slow imports, so a second start in
+    the same run dir fails within seconds; the trainer adopts the lock (launcher/run_lock.py)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from launcher.run_lock import RunDirBusy, lock_before_start
+
+    try:
+        lock_before_start(HydraConfig.get().runtime.output_dir)
+    except RunDirBusy as e:
+        _report(f"config error: {e}", 2)
 
 
 def _report(message: str, exit_code: int) -> None:

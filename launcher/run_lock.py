@@ -31,8 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from launcher.distributed import World, broadcast_object
-from launcher.errors import ConfigError
+from launcher.errors import ConfigError       # no torch here: the CLI takes the lock before the slow imports
 
 log = logging.getLogger(__name__)
 
@@ -88,13 +87,14 @@ class RunLock:
     """The lock of one run dir, held by this process once :meth:`acquire` returns."""
 
     def __init__(self, run_dir: str | Path):
-        self.path = Path(run_dir) / LOCK_NAME
+        self.path = Path(run_dir).absolute() / LOCK_NAME
         self._mutex = self.path.with_name(LOCK_NAME + ".takeover")
         job, attempt = _slurm_job()
         self.me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
                    "job": job, "attempt": attempt, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                    "token": uuid.uuid4().hex}
         self.held = False
+        self.awaiting_trainer = False       # taken by the CLI for the trainer it is about to build
         self.lost: str | None = None        # set when another process replaced this lock (see the heartbeat)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -114,12 +114,7 @@ class RunLock:
                     continue                                   # released meanwhile: try to create it again
                 reason = self._stale_reason(holder, age)
                 if reason is None:
-                    raise RunDirBusy(
-                        f"hydra.run.dir={self.path.parent} is in use by another rewardflow run "
-                        f"({_describe(holder, age)}). Two runs in one run dir would mix their metrics and "
-                        f"checkpoints. Fix: wait for that run to end (or stop it), or start this one in another run "
-                        f"dir (drop hydra.run.dir for a new timestamped one). If that process is gone, its lock is "
-                        f"taken over once silent for {STALE_AFTER_S / 60:.0f} min, or delete {self.path}")
+                    raise RunDirBusy(self._busy_message(holder, age))
                 if self._take_over(seen, text):
                     log.warning("took over the stale lock of %s: %s (%s)", self.path.parent, reason,
                                 _describe(holder, age))
@@ -140,6 +135,15 @@ class RunLock:
         self._thread = threading.Thread(target=self._heartbeat, name="rewardflow-run-lock", daemon=True)
         self._thread.start()
         return self
+
+    def _busy_message(self, holder: dict[str, Any], age: float) -> str:
+        here = holder.get("host") == self.me["host"]
+        stop = f"stop it (kill {holder['pid']})" if here and "pid" in holder else "stop it"
+        gone = ("" if here else f" If that process is gone (its node crashed), its lock is taken over once silent for "
+                f"{STALE_AFTER_S / 60:.0f} min, or delete {self.path}.")
+        return (f"hydra.run.dir={self.path.parent} is in use by another rewardflow run ({_describe(holder, age)}). Two "
+                f"runs in one run dir would mix their metrics and checkpoints. Fix: wait for that run to end or "
+                f"{stop}, or start this one in another run dir (drop hydra.run.dir for a new timestamped one).{gone}")
 
     def _read(self) -> tuple[str | None, dict[str, Any], float]:
         """(raw text, holder, seconds since the last heartbeat); text None if the file vanished."""
@@ -243,10 +247,23 @@ class RunLock:
 _held_in_this_process: dict[str, RunLock] = {}
 
 
-def lock_run_dir(run_dir: str | Path, world: World) -> RunLock | None:
-    """Rank 0 takes the run dir's lock; every rank raises the same :class:`RunDirBusy` if it cannot (collective)."""
+def lock_before_start(run_dir: str | Path) -> None:
+    """The CLI of a single-process run takes the lock first thing, so that a second start fails within seconds
+    rather than after the slow imports; the trainer then adopts it (:func:`lock_run_dir`)."""
+    RunLock(run_dir).acquire().awaiting_trainer = True
+
+
+def lock_run_dir(run_dir: str | Path, world) -> RunLock | None:
+    """Rank 0 takes the run dir's lock, or adopts the one its CLI took; every rank raises the same
+    :class:`RunDirBusy` if it cannot (collective)."""
+    from launcher.distributed import broadcast_object
+
     lock, error = None, None
-    if world.is_main:
+    early = _held_in_this_process.get(str(Path(run_dir).absolute() / LOCK_NAME))
+    if world.is_main and early is not None and early.held and early.awaiting_trainer:
+        early.awaiting_trainer = False
+        lock = early
+    elif world.is_main:
         try:
             lock = RunLock(run_dir).acquire()
         except RunDirBusy as e:

@@ -14,7 +14,8 @@ import time
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.run_lock import LOCK_NAME, STALE_AFTER_S, RunDirBusy, RunLock
+from launcher.distributed import World
+from launcher.run_lock import LOCK_NAME, STALE_AFTER_S, RunDirBusy, RunLock, lock_before_start, lock_run_dir
 
 HOLD = textwrap.dedent("""
     import pathlib, sys, time
@@ -73,6 +74,7 @@ def test_a_live_holder_is_named_and_a_crashed_holders_lock_is_taken_over(tmp_pat
             RunLock(tmp_path).acquire()
         msg = str(err.value)
         assert f"hydra.run.dir={tmp_path}" in msg and f"host {socket.gethostname()}, pid {holder.pid}" in msg
+        assert f"kill {holder.pid}" in msg                # the fix for a holder on this host
         holder.kill()                                   # a crash: the lock file stays behind
         holder.wait(timeout=30)
         assert holder_of(tmp_path)["pid"] == holder.pid
@@ -98,8 +100,9 @@ def test_two_starts_that_find_a_stale_lock_cannot_both_take_it(tmp_path):
 
 def test_another_hosts_lock_is_busy_while_it_beats_and_stale_once_silent(tmp_path):
     write_lock(tmp_path, age_s=5)
-    with pytest.raises(RunDirBusy, match="host node-b, pid 4242"):
+    with pytest.raises(RunDirBusy, match="host node-b, pid 4242") as err:
         RunLock(tmp_path).acquire()
+    assert f"once silent for 10 min, or delete {tmp_path / LOCK_NAME}" in str(err.value)
     write_lock(tmp_path, age_s=STALE_AFTER_S + 60)
     lock = RunLock(tmp_path).acquire()
     assert holder_of(tmp_path)["token"] == lock.me["token"]
@@ -136,6 +139,21 @@ def test_the_heartbeat_notices_a_lock_taken_by_another_process(tmp_path, monkeyp
     assert lock.lost is not None and "node-b" in lock.lost
     lock.release()
     assert holder_of(tmp_path)["host"] == "node-b"       # release never removes another holder's lock
+
+
+def test_the_trainer_adopts_the_lock_its_cli_took(tmp_path, caplog):
+    """A single-process CLI locks before its slow imports; the trainer takes that lock over silently, and a second
+    trainer in the same process (a later run) takes over the first's with a warning."""
+    lock_before_start(tmp_path)
+    token = holder_of(tmp_path)["token"]
+    with caplog.at_level("WARNING"):
+        lock = lock_run_dir(tmp_path, World())
+    assert lock.me["token"] == token == holder_of(tmp_path)["token"] and not caplog.records
+    with caplog.at_level("WARNING"):
+        later = lock_run_dir(tmp_path, World())
+    assert "earlier run in this same process" in caplog.text and not lock.held
+    later.release()
+    assert not (tmp_path / LOCK_NAME).exists()
 
 
 @pytest.mark.slow
