@@ -99,7 +99,8 @@ def test_long_prompts_warn_once_with_the_count_of_truncated_prompts(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
         trainer.train_step(0)
-    warnings = [r.getMessage() for r in caplog.records if "truncated" in r.getMessage()]
+    # ours only: diffusers' own per-call truncation notices show up here when its logging propagates
+    warnings = [r.getMessage() for r in caplog.records if r.name == "launcher.trainer" and "truncated" in r.msg]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("model=tiny_flux:") and "1 of 3 prompts are cut" in warnings[0]
     assert "model.max_sequence_length=16" in warnings[0] and "CLIP (77 tokens)" in warnings[0]
