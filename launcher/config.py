@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -28,10 +28,12 @@ class TrainerConfig:
     num_sample_images: int = 8
     max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
     threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
-    progress: bool = True             # progress bar with reward and s/step
+    progress: bool = True             # progress bar with reward and s/step (drawn on a terminal only)
+    log_every: int = 10               # a plain log line every N steps (console and run log); 0: off
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
 
 
@@ -75,10 +77,14 @@ def all_schemas() -> dict[str, dict[str, type]]:
 
 
 def register_resolvers() -> None:
-    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's."""
+    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's, and by the help
+    page (conf/hydra/default.yaml) to list the config groups."""
     from omegaconf import OmegaConf
 
+    from launcher.cli_help import config_groups_text
+
     OmegaConf.register_new_resolver("rf_null_if_zero", lambda x: None if x in (0, "0") else x, replace=True)
+    OmegaConf.register_new_resolver("rf_config_groups", config_groups_text, replace=True)
 
 
 def register_configs() -> None:

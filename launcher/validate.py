@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.data import load_prompts
 from launcher.errors import ConfigError
+from launcher.resume import check_resume_from
 
 
 def _component(cfg: DictConfig, group: str):
@@ -34,6 +35,9 @@ def validate(cfg: DictConfig) -> list[str]:
         raise ConfigError(f"trainer.sample_every must be >= 0 (got {t.sample_every}); 0 disables image grids")
     if cfg.optimizer.lr <= 0:
         raise ConfigError(f"optimizer.lr must be > 0 (got {cfg.optimizer.lr})")
+    if t.log_every < 0:
+        raise ConfigError(f"trainer.log_every must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
+    check_resume_from(cfg)
 
     method_cls = _component(cfg, "method")
     method_cls.check_config(cfg)

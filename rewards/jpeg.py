@@ -13,7 +13,7 @@ from rewards.base import Reward
 class JpegCompressibility(Reward):
     differentiable = False
 
-    def __init__(self, name: str = "jpeg_compressibility", quality: int = 95, **frames):
+    def __init__(self, name: str = "jpeg", quality: int = 95, **frames):
         super().__init__(name, **frames)
         self.quality = quality
 

@@ -16,7 +16,7 @@ class RewardConfig:
 @dataclass
 class JpegRewardConfig(RewardConfig):
     _target_: str = "rewards.jpeg.JpegCompressibility"
-    name: str = "jpeg_compressibility"
+    name: str = "jpeg"
     quality: int = 95
 
 

@@ -20,9 +20,9 @@ class DataConfig:
 class WandbLoggerConfig:
     _target_: str = "launcher.wandb_logger.WandbLogger"
     name: str = "wandb"
-    project: str = "rewardflow"
-    entity: Optional[str] = None
-    mode: str = "auto"                # auto: online when WANDB_API_KEY is set, else offline | online | offline
+    project: Optional[str] = None     # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
+    entity: Optional[str] = None      # None: WANDB_ENTITY (or a W&B settings file), else the account's default
+    mode: str = "auto"                # auto (WANDB_MODE, else online iff logged in) | online | offline | disabled
     group: Optional[str] = None       # default: the sweep name for -m runs, else method name
     tags: list[str] = field(default_factory=list)
     run_name: Optional[str] = None    # default: built from the command-line overrides
