@@ -62,10 +62,14 @@ def all_schemas() -> dict[str, dict[str, type]]:
 
 
 def register_resolvers() -> None:
-    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's."""
+    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's, and by the help
+    page (conf/hydra/default.yaml) to list the config groups."""
     from omegaconf import OmegaConf
 
+    from launcher.cli_help import config_groups_text
+
     OmegaConf.register_new_resolver("rf_null_if_zero", lambda x: None if x in (0, "0") else x, replace=True)
+    OmegaConf.register_new_resolver("rf_config_groups", config_groups_text, replace=True)
 
 
 def register_configs() -> None:

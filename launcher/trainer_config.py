@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
@@ -13,10 +14,12 @@ class TrainerConfig:
     num_sample_images: int = 8
     max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
     threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
-    progress: bool = True             # progress bar with reward and s/step
+    progress: bool = True             # progress bar with reward and s/step (drawn on a terminal only)
+    log_every: int = 10               # a plain log line every N steps (console and run log); 0: off
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.components import component_class
+from launcher.resume import check_resume_from
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
 
@@ -53,6 +54,10 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     errors.require(t.sample_every >= 0, "trainer.sample_every",
                    f"must be >= 0 (got {t.sample_every}); 0 disables image grids")
     errors.require(cfg.optimizer.lr > 0, "optimizer.lr", f"must be > 0 (got {cfg.optimizer.lr})")
+    errors.require(t.log_every >= 0, "trainer.log_every",
+                   f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
+    with errors.collect():
+        check_resume_from(cfg)
 
 
 def check_across_groups(cfg: Any, classes: dict[str, type], errors: ConfigErrors) -> None:

@@ -7,7 +7,7 @@ from typing import Optional
 
 
 class WandbMode(StrEnum):
-    auto = "auto"           # online when WANDB_API_KEY is set, else offline
+    auto = "auto"           # WANDB_MODE, else online iff W&B credentials are configured (docs/wandb.md)
     online = "online"
     offline = "offline"     # files under the run dir; `wandb sync` uploads them later
     disabled = "disabled"
@@ -17,8 +17,8 @@ class WandbMode(StrEnum):
 class WandbLoggerConfig:
     _target_: str = "launcher.wandb_logger.WandbLogger"
     name: str = "wandb"
-    project: str = "rewardflow"
-    entity: Optional[str] = None
+    project: Optional[str] = None     # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
+    entity: Optional[str] = None      # None: WANDB_ENTITY (or a W&B settings file), else the account's default
     mode: WandbMode = WandbMode.auto
     group: Optional[str] = None       # default: the sweep name for -m runs, else the method name
     tags: list[str] = field(default_factory=list)

@@ -23,6 +23,7 @@ from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
 from methods.flash_grpo_config import FlashGRPOConfig
 from methods.grpo import GRPO
+from methods.grpo_config import NoiseKernel
 from methods.rectification import rectification_factor, rectification_weights
 from methods.sde_index import default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
@@ -61,6 +62,10 @@ class FlashGRPO(GRPO):
                        f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
         errors.require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn",
                        f"must be >= 0 (got {m.pre_update_clip_warn})")
+        errors.require(not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps), "method.kl_rectify",
+                       "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
+                       "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
+                       "another method.noise_kernel")
 
     @classmethod
     def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
@@ -115,7 +120,7 @@ class FlashGRPO(GRPO):
         # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
         return rollout.extras["weight"][samples].to(loss.dtype) * loss, stats
 
-    def kl_term(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+    def kl_penalty(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
         """Flow-GRPO's KL, weighted by (1/lambda^2)/mean with ``kl_rectify`` (its gradient scales as lambda^2)."""
         return self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(kl.dtype) * kl
 

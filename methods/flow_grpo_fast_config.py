@@ -4,13 +4,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from methods.flow_grpo_config import FlowGRPOConfig
+from methods.grpo_config import NoiseKernel
 
 
 @dataclass
 class FlowGRPOFastConfig(FlowGRPOConfig):
     _target_: str = "methods.flow_grpo_fast.FlowGRPOFast"
     name: str = "flow_grpo_fast"
-    eta: float = 0.8
+    noise_kernel: NoiseKernel = NoiseKernel.cps   # coefficient-preserving sampling (docs/cps.md), as upstream's
+                                      # SD3.5-M and FLUX.1 Fast configs set it (flow_grpo config/grpo.py @54809b5:
+                                      # *_sd3_fast_nocfg, *_flux_fast)
+    eta: float = 0.8                  # noise level a: std = sigma_next sin(a pi / 2)
     clip_range: float = 1e-5
     kl_beta: float = 0.0              # all Fast configs train without KL
     timestep_fraction: float = 1.0    # unused: the window decides the trained steps

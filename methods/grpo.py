@@ -11,7 +11,7 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.grpo_config import Decode, GRPOConfig
+from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
@@ -47,6 +47,9 @@ class GRPO(Method):
         errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
         errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
                        f"must be in (0, 1] (got {m.timestep_fraction})")
+        errors.require(m.noise_kernel != NoiseKernel.cps or m.eta <= 1, "method.eta",
+                       f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
+                       f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8")
 
     @classmethod
     def needs_reference(cls, cfg: GRPOConfig) -> bool:
@@ -140,10 +143,8 @@ class GRPO(Method):
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
         loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
         if ref_velocity is not None:
-            ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-            delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-            kl = kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
-            loss = loss + self.kl_term(rollout, samples, kl)
+            kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
+            loss = loss + self.kl_penalty(rollout, samples, kl)
             stats["kl"] = kl.detach()
         return loss, stats
 
@@ -154,7 +155,14 @@ class GRPO(Method):
         surrogate with ``clip_range``."""
         return ppo_clip_loss(log_prob, old_log_prob, rollout.advantages[samples], self.cfg.clip_range)
 
-    def kl_term(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+    def kl_term(self, mean: torch.Tensor, ref_mean: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Per-sample KL of the policy's step to the reference's. Upstream's CPS code divides by the step's own
+        variance, i.e. the exact Gaussian KL, so ``noise_kernel=cps`` always takes the exact form (docs/cps.md)."""
+        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+        exact = bool(self.cfg.kl_exact) or self.sde.noise_kernel == NoiseKernel.cps
+        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), exact, delta)
+
+    def kl_penalty(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
         """What the per-sample KL to the reference policy adds to the loss (computed only when ``kl_beta > 0``).
         Default: ``kl_beta x kl``."""
         return self.cfg.kl_beta * kl

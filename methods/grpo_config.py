@@ -16,6 +16,7 @@ class NoiseKernel(StrEnum):
     dance = "dance"     # constant g = eta (DanceGRPO)
     flow = "flow"       # g = eta sqrt(sigma / (1 - sigma)) (Flow-GRPO)
     linear = "linear"   # g = eta sigma_1 sigma (the Wan pipelines of Flow-GRPO and Flash-GRPO)
+    cps = "cps"         # Flow-GRPO's coefficient-preserving step, std = sigma_next sin(eta pi / 2) (docs/cps.md)
 
 
 class Decode(StrEnum):
@@ -37,7 +38,7 @@ class GRPOConfig(MethodConfig):
     shift: float = 3.0                # SD3 time shift S (linear_shift grid; the static shift of a scheduler grid)
     schedule: Schedule = Schedule.linear_shift   # sigma_0 = 1, sigma_N = 0
     noise_kernel: NoiseKernel = NoiseKernel.dance
-    eta: float = 0.3                  # eta (dance, linear) or the noise level a (flow)
+    eta: float = 0.3                  # eta (dance, linear) or the noise level a (flow, cps)
     quantize_timestep: bool = True    # the model sees floor(1000 sigma) / 1000 (the SDE uses exact sigma)
     init_same_noise: bool = True      # one initial latent per prompt group
     decode: Decode = Decode.pred_x0

@@ -148,17 +148,27 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
         return gaussian_velocity_am(x, t, self.mu0.to(x.device), self.var0.to(x.device))
 
     @torch.no_grad()
-    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None) -> torch.Tensor:
+    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None,
+                    law: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``n`` samples of the current (fine-tuned) model: Heun's 2nd-order ODE solver over ``steps`` uniform sigma
-        steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler)."""
+        steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler).
+
+        ``law=(mu, var)``: instead, the same solver on the analytic velocity of ``N(mu, diag var)`` from the same
+        initial noise (the same ``generator`` state). Compared sample by sample with the model's, these common random
+        numbers cancel the Monte-Carlo and solver error, so the difference shows the model's own error."""
         x = self.initial_noise(n, generator)
-        embeds = self.encode_prompts([""] * n)
+        if law is None:
+            embeds = self.encode_prompts([""] * n)
+            velocity = lambda x, s: self.velocity(x, s, embeds)
+        else:
+            mu, var = (v.to(x.device, x.dtype) for v in law)
+            velocity = lambda x, s: -gaussian_velocity_am(x, 1.0 - s, mu, var)
         sigmas = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
         for i in range(steps):
             s, s_next = sigmas[i].expand(n), sigmas[i + 1].expand(n)
-            d = self.velocity(x, s, embeds)
+            d = velocity(x, s)
             x_pred = x + (sigmas[i + 1] - sigmas[i]).item() * d
-            d_next = self.velocity(x_pred, s_next, embeds)
+            d_next = velocity(x_pred, s_next)
             x = x + (sigmas[i + 1] - sigmas[i]).item() * 0.5 * (d + d_next)
         return x
 

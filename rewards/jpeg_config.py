@@ -9,7 +9,7 @@ from rewards.base_config import RewardConfig
 @dataclass
 class JpegRewardConfig(RewardConfig):
     _target_: str = "rewards.jpeg.JpegCompressibility"
-    name: str = "jpeg_compressibility"
+    name: str = "jpeg"
     quality: int = 95
 
 

@@ -12,7 +12,8 @@ from launcher.config import compose  # noqa: F401 - tests compose through confte
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true",
+# WANDB_MODE=offline: logger.mode=auto would log online for a developer who ran `wandb login`
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true", WANDB_MODE="offline",
                   HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
 os.environ.pop("WANDB_API_KEY", None)
 

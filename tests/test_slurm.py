@@ -77,7 +77,7 @@ def test_two_method_sweep_of_two_rank_fsdp2_jobs(tmp_path):
     jobs = job_dirs(tmp_path)
     assert len(jobs) == 2
     for job in jobs:
-        log = (job / "cli.log").read_text()
+        log = (job / "rewardflow.log").read_text()
         assert "rank 1/2" in log and "on 2 rank(s)" in log          # 2 FSDP2 ranks over gloo
         ids, steps = wandb_steps(job)
         assert len(ids) == 1 and steps == [0, 1, 2]
@@ -128,7 +128,7 @@ def test_preempted_job_is_requeued_and_resumes_bitwise(tmp_path, reference):
     submitit.SlurmJob(folder=job.parent / ".submitit" / "%j", job_id=job_id)._interrupt()   # SIGTERM then USR2
     proc.wait(timeout=600)
     assert proc.returncode == 0, (tmp_path / "stderr").read_text()[-3000:]
-    log = (job / "cli.log").read_text()
+    log = (job / "rewardflow.log").read_text()
     assert "will checkpoint at the end of this step" in log and "resuming at step" in log
     assert_same_as_reference(job, reference)
 
@@ -141,7 +141,7 @@ def test_time_limit_requeues_until_done_and_resumes_bitwise(tmp_path, reference)
                 "cluster.signal_delay_s=30", f"output_root={tmp_path}"], timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = job_dirs(tmp_path)[0]
-    assert (job / "cli.log").read_text().count("resuming at step") >= 1
+    assert (job / "rewardflow.log").read_text().count("resuming at step") >= 1
     assert_same_as_reference(job, reference, steps=100)
 
 
