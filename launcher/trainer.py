@@ -20,6 +20,7 @@ from launcher.checkpoint import CheckpointManager
 from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
                                   init_distributed, main_rank_first, submitit_job_env)
 from launcher.errors import ConfigError
+from launcher.mesh import build_mesh, describe
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
 from launcher.resume import copy_history, load_start_point
@@ -107,9 +108,9 @@ class Trainer:
         if truncated:
             log.warning(truncated)
         if self.world.world_size > 1:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
+            mesh = build_mesh(cfg.cluster, self.world, self.backbone.device.type)
+            self.backbone.parallelize(mesh)
+            log.info("FSDP2 mesh: %s", describe(mesh))
         self.method = method_cls(cfg.method, self.backbone)
         self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
         self.data = instantiate(cfg.data, seed=t.seed)

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.data import load_prompts
 from launcher.errors import ConfigError
+from launcher.mesh import check_mesh_config
 from launcher.resume import check_resume_from
 
 
@@ -38,6 +39,7 @@ def validate(cfg: DictConfig) -> list[str]:
     if t.log_every < 0:
         raise ConfigError(f"trainer.log_every must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
     check_resume_from(cfg)
+    check_mesh_config(cfg.cluster)
 
     method_cls = _component(cfg, "method")
     method_cls.check_config(cfg)
