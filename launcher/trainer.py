@@ -18,9 +18,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint import CheckpointManager
 from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                  init_distributed, main_rank_first, submitit_job_env)
+                                  init_distributed, submitit_job_env)
 from launcher.errors import ConfigError
 from launcher.mesh import build_mesh, describe
+from launcher.node_cache import cache_builders_first
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
 from launcher.resume import copy_history, load_start_point
@@ -102,7 +103,8 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls = get_class(cfg.method._target_)
-        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
+        # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
+        with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
             self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
         truncated = truncation_warning(self.backbone, self.prompts, cfg.model.name) if self.world.is_main else None
         if truncated:

@@ -20,6 +20,7 @@ class MultiRankFields:
     """Keys of every cluster whose ranks are separate processes (launcher/mesh.py, launcher/node_cache.py)."""
     mesh: str = "fsdp"                # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
     shard_size: Optional[int] = None  # hsdp: ranks per shard group (default: the ranks of one node)
+    cache_dir: Optional[str] = None   # the ranks' REWARDFLOW_CACHE (twins, ...); node-local: filled once per node
 
 
 @dataclass
