@@ -33,34 +33,42 @@ def cache_folder(cache_dir: str | None) -> Path:
     if cache_dir:
         os.environ["REWARDFLOW_CACHE"] = str(cache_dir)
     folder = default_cache_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:       # read-only: fine as long as everything needed is already there
+        pass
     return folder
 
 
-def first_rank_of_each_node(world: World) -> list[int]:
+def first_rank_of_each_node() -> list[int]:
     """Collective: the lowest rank on every host, in rank order (hosts by name, not by rank layout)."""
     hosts = all_gather_objects(socket.gethostname())
     return sorted({host: hosts.index(host) for host in hosts}.values())
 
 
 def shared_by_all_nodes(folder: Path, world: World, first_ranks: list[int]) -> bool:
-    """Collective: True if every rank sees the probe file that the first rank of every node wrote into ``folder``."""
+    """Collective: True if every rank sees the probe file that the first rank of every node wrote into ``folder``
+    (also True if a probe could not be written: a read-only cache is only read, and rank 0 going first is safe)."""
+    import torch
+
     if len(first_ranks) <= 1:
         return True
     token = broadcast_object(uuid.uuid4().hex if world.is_main else None)
     probes = [folder / f".rewardflow-probe-{token}-{rank}" for rank in first_ranks]
     mine = probes[first_ranks.index(world.rank)] if world.rank in first_ranks else None
+    unwritable = 0.0
     if mine is not None:
-        mine.write_text(socket.gethostname())
+        try:
+            mine.write_text(socket.gethostname())
+        except OSError:
+            unwritable = 1.0
     barrier()
-    import torch
-
-    missing = all_reduce_sum(torch.tensor([sum(not p.exists() for p in probes)], dtype=torch.float64,
-                                          device=collective_device()))
+    missing = sum(not p.exists() for p in probes)
+    counts = all_reduce_sum(torch.tensor([missing, unwritable], dtype=torch.float64, device=collective_device()))
     barrier()                                    # everyone has looked before the probes go
     if mine is not None:
         mine.unlink(missing_ok=True)
-    return float(missing.item()) == 0.0
+    return bool(counts[1] > 0 or counts[0] == 0)
 
 
 @contextlib.contextmanager
@@ -68,7 +76,7 @@ def cache_builders_first(cache_dir: str | None, world: World) -> Iterator[Path]:
     """Run the block on the cache builders first (rank 0; or the first rank of every node if the cache folder is
     node-local), then on every other rank. Yields the cache folder. Call on every rank."""
     folder = cache_folder(cache_dir)
-    first_ranks = first_rank_of_each_node(world)
+    first_ranks = first_rank_of_each_node()
     shared = shared_by_all_nodes(folder, world, first_ranks)
     builders = [0] if shared else first_ranks
     if len(first_ranks) > 1:

@@ -1,7 +1,8 @@
 """cluster.mesh=fsdp|hsdp (launcher/mesh.py): the mesh shapes and their config errors, and, on 4 gloo processes laid
 out as 2 nodes x 2 ranks, one full-fine-tuning step of the tiny FLUX twin through its backbone's ``parallelize``
 (rank 0's weights broadcast into the other ranks' shards) on the 1-D mesh and on the 2-D (replicate x shard) mesh:
-gradients, the trainer's global gradient norm and the updated weights equal the single-process step."""
+gradients, the trainer's global gradient norm and the updated weights equal the single-process step; and
+scripts/bench_mesh.py's count of the collectives: no parameter all-gather crosses nodes under HSDP."""
 from __future__ import annotations
 
 import os
@@ -53,8 +54,8 @@ def _grads_norm_weights(bb, x, sigma, prompts, trainer_cls):
     (v**2).mean().backward()                  # each rank: mean over its samples; FSDP averages over all ranks
     grads = {k: full(p.grad) for k, p in params.items()}
     # the trainer's own global norm (over every rank's shards), without clipping
-    fake_trainer = SimpleNamespace(params=list(params.values()), cfg=OmegaConf.create({"trainer": {"max_grad_norm": 0}}))
-    norm = trainer_cls._grad_norm(fake_trainer)
+    no_clipping = OmegaConf.create({"trainer": {"max_grad_norm": 0}})
+    norm = trainer_cls._grad_norm(SimpleNamespace(params=list(params.values()), cfg=no_clipping))
     torch.optim.SGD(params.values(), lr=0.1).step()
     return grads, norm, {k: full(p) for k, p in params.items()}
 
@@ -107,3 +108,24 @@ def test_fsdp_and_hsdp_steps_equal_the_single_process_step():
         for k, v in ref_weights.items():
             torch.testing.assert_close(results[0][kind]["weights"][k], v, rtol=1e-5, atol=1e-6,
                                        msg=f"{kind} weight {k}")
+
+
+@pytest.mark.slow
+def test_bench_mesh_measures_no_parameter_all_gather_across_nodes_under_hsdp():
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_mesh.py"), "--config", "tiny"],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    params = res["param_bytes"]
+    # 1-D mesh over 2 nodes: every block gathered across nodes in the forward and again in the backward
+    assert res["allgather_cross_node_bytes_per_step"] == {"fsdp": 2 * params, "hsdp": 0.0}
+    assert res["hsdp/all_gather/in_node_bytes"] == 2 * params
+    # gradients: HSDP all-reduces a 1/shard_size slice across nodes, FSDP reduce-scatters all of them across nodes
+    assert res["hsdp/all_reduce/cross_node_bytes"] == params / 2
+    assert res["fsdp/reduce_scatter/cross_node_bytes"] == params
