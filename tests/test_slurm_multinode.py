@@ -52,9 +52,10 @@ def run_log(job: Path) -> str:
 
 
 def task_log(job: Path, task: int) -> str:
-    """What task (rank) ``task`` wrote to stderr, on whichever node it ran (submitit's folder is shared)."""
+    """What task (rank) ``task`` wrote (stdout, where its log lines go, then stderr), on whichever node it ran:
+    submitit's folder is on the shared filesystem."""
     jid = job_id(job)
-    return (job.parent / ".submitit" / jid / f"{jid}_{task}_log.err").read_text()
+    return "".join((job.parent / ".submitit" / jid / f"{jid}_{task}_log.{ext}").read_text() for ext in ("out", "err"))
 
 
 def on_each_node(command: str) -> dict[str, str]:
