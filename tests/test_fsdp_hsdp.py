@@ -1,8 +1,9 @@
 """cluster.mesh=fsdp|hsdp (launcher/mesh.py): the mesh shapes and their config errors, and, on 4 gloo processes laid
 out as 2 nodes x 2 ranks, one full-fine-tuning step of the tiny FLUX twin through its backbone's ``parallelize``
 (rank 0's weights broadcast into the other ranks' shards) on the 1-D mesh and on the 2-D (replicate x shard) mesh:
-gradients, the trainer's global gradient norm and the updated weights equal the single-process step; and
-scripts/bench_mesh.py's count of the collectives: no parameter all-gather crosses nodes under HSDP."""
+gradients, the trainer's global gradient norm and the updated weights equal the single-process step, and a DCP
+checkpoint on that mesh restores the shards and optimizer state (resume); and scripts/bench_mesh.py's count of
+the collectives: no parameter all-gather crosses nodes under HSDP."""
 from __future__ import annotations
 
 import os
@@ -56,14 +57,16 @@ def _grads_norm_weights(bb, x, sigma, prompts, trainer_cls):
     # the trainer's own global norm (over every rank's shards), without clipping
     no_clipping = OmegaConf.create({"trainer": {"max_grad_norm": 0}})
     norm = trainer_cls._grad_norm(SimpleNamespace(params=list(params.values()), cfg=no_clipping))
-    torch.optim.SGD(params.values(), lr=0.1).step()
-    return grads, norm, {k: full(p) for k, p in params.items()}
+    opt = torch.optim.SGD(params.values(), lr=0.1, momentum=0.9)     # momentum: optimizer state to checkpoint
+    opt.step()                                                           # (the first step is plain SGD)
+    return grads, norm, {k: full(p) for k, p in params.items()}, opt
 
 
-def _sharded(rank, world, x, sigma):
+def _sharded(rank, world, x, sigma, ckpt_dir):
     from omegaconf import OmegaConf
     from torch.distributed.tensor import Replicate, Shard
 
+    from launcher.checkpoint import CheckpointManager
     from launcher.distributed import current_world
     from launcher.mesh import build_mesh
     from launcher.trainer import Trainer
@@ -76,17 +79,29 @@ def _sharded(rank, world, x, sigma):
         bb = FAMILIES["tiny_flux"].build(finetune="full", meta_init=True)
         bb.parallelize(mesh)
         placements = {p.placements for p in bb.transformer.parameters()}
-        grads, norm, weights = _grads_norm_weights(bb, x[mine], sigma[mine], PROMPTS[mine], Trainer)
+        grads, norm, weights, opt = _grads_norm_weights(bb, x[mine], sigma[mine], PROMPTS[mine], Trainer)
         shard_group = mesh["shard"].mesh.tolist()
         out[kind] = dict(grads=grads, norm=norm, weights=weights if rank == 0 else None,
                          placements=placements, shard_group=shard_group, shape=tuple(mesh.shape))
+        # a checkpoint on this mesh restores every rank's shards and optimizer state into a fresh model (resume)
+        checkpoints = CheckpointManager(os.path.join(ckpt_dir, kind), current_world())
+        saved = checkpoints.save(0, bb.transformer, opt, meta={})
+        fresh = FAMILIES["tiny_flux"].build(finetune="full", meta_init=True)
+        fresh.parallelize(mesh)
+        fresh_opt = torch.optim.SGD(fresh.transformer.parameters(), lr=0.1, momentum=0.9)
+        checkpoints.load(saved, fresh.transformer, fresh_opt)
+        pairs = list(zip(bb.transformer.parameters(), fresh.transformer.parameters()))
+        momentum = [(opt.state[a]["momentum_buffer"], fresh_opt.state[b]["momentum_buffer"]) for a, b in pairs
+                    if a in opt.state]
+        out[kind]["resumed"] = (len(momentum) == len(opt.state) == len(fresh_opt.state) > 0 and
+                                all(torch.equal(a.to_local(), b.to_local()) for a, b in pairs + momentum))
     assert out["hsdp"]["placements"] == {(Replicate(), Shard(0))}
     assert out["fsdp"]["placements"] == {(Shard(0),)}
     return out
 
 
 @pytest.mark.slow
-def test_fsdp_and_hsdp_steps_equal_the_single_process_step():
+def test_fsdp_and_hsdp_steps_equal_the_single_process_step(tmp_path):
     fam = FAMILIES["tiny_flux"]
     ref = fam.build(finetune="full")                   # also writes the twin before the ranks start
     g = torch.Generator().manual_seed(0)
@@ -94,13 +109,14 @@ def test_fsdp_and_hsdp_steps_equal_the_single_process_step():
     sigma = torch.rand(4, generator=g) * 0.9 + 0.05
     from launcher.trainer import Trainer
 
-    ref_grads, ref_norm, ref_weights = _grads_norm_weights(ref, x, sigma, PROMPTS, Trainer)
+    ref_grads, ref_norm, ref_weights, _ = _grads_norm_weights(ref, x, sigma, PROMPTS, Trainer)
     assert ref_norm > 0
 
-    results = run_distributed(_sharded, 4, x, sigma, timeout=900)
+    results = run_distributed(_sharded, 4, x, sigma, str(tmp_path), timeout=900)
     assert [r["hsdp"]["shard_group"] for r in results] == [[0, 1], [0, 1], [2, 3], [2, 3]]   # a group = a node
     assert results[0]["hsdp"]["shape"] == (2, 2) and results[0]["fsdp"]["shape"] == (4,)
     for kind in ("fsdp", "hsdp"):
+        assert all(r[kind]["resumed"] for r in results), kind
         for r in results:
             assert r[kind]["norm"] == pytest.approx(ref_norm, rel=1e-5), kind
             for k, v in ref_grads.items():
