@@ -12,7 +12,7 @@
 #   up      install the packages if missing (apt), then start a FRESH cluster (idempotent: stops a previous one)
 #   down    stop every daemon `up` started (by pid file; running jobs are cancelled first), kill what is left inside
 #           the node namespaces, delete the namespaces, the bridge and its links (idempotent)
-#   status  exit 0 if every node answers (idle, mixed or allocated), else 1
+#   status  exit 0 if every node answers (idle, mixed, allocated or completing a job), else 1
 # Knobs (environment):
 #   SLURM_CI_ROOT        state/log/pid dir (default /tmp/slurm-ci)
 #   SLURM_CI_NODES       compute nodes (default 2; 1 = one slurmd on this host, no namespaces)
@@ -92,7 +92,7 @@ cluster_status() {
   local states
   states=$(timeout 10 sinfo -h -N -o '%T' 2>/dev/null) || return 1
   [ -n "$states" ] || return 1
-  ! grep -qvE '^(idle|alloc|allocated|mix|mixed)' <<<"$states"
+  ! grep -qvE '^(idle|alloc|allocated|mix|mixed|completing)' <<<"$states"
 }
 
 node_name() { echo "rfnode$1"; }
@@ -317,6 +317,9 @@ fi
 # smoke test: a real job step through every slurmd; each node answers with its own hostname
 SEEN=$(srun -N"$NODES" --ntasks-per-node=1 -t 1 hostname -s | sort | tr '\n' ' ')
 [ "${SEEN% }" = "$NAMES" ] || { log "srun on every node printed '$SEEN', expected '$NAMES'"; exit 1; }
+for _ in $(seq 100); do    # the smoke job's nodes go idle again (completing, briefly)
+  [ "$(sinfo -h -N -o '%T' | grep -c '^idle$')" = "$NODES" ] && break; sleep 0.1
+done
 log "cluster ready: nodes=$NAMES cpus/node=$CPUS gpus/node=$GPUS mem=${MEM}M partition=$PARTITION" \
     "accounting=$ACCOUNTING node-local=$ROOT/node-local"
 }
