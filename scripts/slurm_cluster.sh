@@ -7,7 +7,7 @@
 # cluster with a shared home, except $SLURM_CI_ROOT/node-local: a tmpfs of its own on every node (a node-local
 # scratch disk; empty from this host). SLURM_CI_NODES=1 is the single-node layout: one slurmd on this host's
 # loopback, no namespaces. Traffic stays inside this machine (loopback, or the bridge between the namespaces).
-# Why it is built this way: docs/development.md#the-single-node-slurm-cluster (daemons, accounting, requeue delay,
+# Why it is built this way: docs/development.md#the-local-slurm-cluster (daemons, accounting, requeue delay,
 # CPUs, fake GPUs) and docs/clusters_multinode.md#the-two-node-test-cluster (the nodes).
 #   up      install the packages if missing (apt), then start a FRESH cluster (idempotent: stops a previous one)
 #   down    stop every daemon `up` started (by pid file; running jobs are cancelled first), kill what is left inside
