@@ -59,12 +59,17 @@ def task_log(job: Path, task: int) -> str:
 
 
 def on_each_node(command: str) -> dict[str, str]:
-    """``command``'s output on every node of the cluster, by host name (a one-task-per-node job step)."""
+    """``command``'s output on every node of the cluster, by host name (a one-task-per-node job step). srun merges
+    the tasks' stdout as it arrives, so blocks of two nodes can interleave: every line carries its host instead."""
     nodes = cluster_nodes()
     out = subprocess.run(["srun", f"-N{len(nodes)}", "--ntasks-per-node=1", "-t", "1", "bash", "-c",
-                          f'echo "=== $(hostname -s)"; {command}'], capture_output=True, text=True, timeout=120,
-                         check=True).stdout
-    return {block.split("\n", 1)[0].strip(): block.split("\n", 1)[1] for block in out.split("=== ")[1:]}
+                          f'set -o pipefail; h=$(hostname -s); echo "$h|"; ({command}) | sed "s/^/$h|/"'], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    per_node: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        host, _, text = line.partition("|")
+        per_node.setdefault(host, []).extend([text] if text else [])
+    return {host: "\n".join(lines) for host, lines in per_node.items()}
 
 
 def test_multinode_fsdp_job_of_one_task_per_node_matches_the_single_node_reference(tmp_path, slurm_reference):
