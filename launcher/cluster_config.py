@@ -18,7 +18,15 @@ class LocalClusterConfig:
 
 
 @dataclass
-class LocalMultiClusterConfig:
+class MultiRankFields:
+    """Keys of every cluster whose ranks are separate processes (launcher/mesh.py, launcher/node_cache.py)."""
+    mesh: str = "fsdp"                # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
+    shard_size: Optional[int] = None  # hsdp: ranks per shard group (default: the ranks of one node)
+    cache_dir: Optional[str] = None   # the ranks' REWARDFLOW_CACHE (twins, ...); node-local: filled once per node
+
+
+@dataclass
+class LocalMultiClusterConfig(MultiRankFields):
     name: str = "local_multi"
     tasks_per_node: int = 2           # training processes on this machine (gloo on CPU)
     cpus_per_task: Optional[int] = None   # torch threads per process (default: cores / tasks)
@@ -27,7 +35,7 @@ class LocalMultiClusterConfig:
 
 
 @dataclass
-class SlurmClusterConfig:
+class SlurmClusterConfig(MultiRankFields):
     name: str = "slurm"
     nodes: int = 1
     gpus_per_node: int = 8

@@ -19,6 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from launcher import preemption
 from launcher.checkpoint import CheckpointManager
 from launcher.components import build, component_class
+from launcher.mesh import build_mesh, describe
+from launcher.node_cache import cache_builders_first
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher.resume import copy_history, load_start_point
 from launcher.run_lock import lock_run_dir
@@ -27,7 +29,7 @@ from launcher.step_log import StepLog, progress_bar_shown
 from launcher.validate import validate
 from models.prompt_truncation import truncation_warning
 from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                    init_distributed, main_rank_first, submitit_job_env)
+                                    init_distributed, submitit_job_env)
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
@@ -102,15 +104,16 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
-        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
+        # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
+        with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
             self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
         truncated = truncation_warning(self.backbone, self.prompts, cfg.model.name) if self.world.is_main else None
         if truncated:
             log.warning(truncated)
         if self.world.world_size > 1:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
+            mesh = build_mesh(cfg.cluster, self.world, self.backbone.device.type)
+            self.backbone.parallelize(mesh)
+            log.info("FSDP2 mesh: %s", describe(mesh))
         self.method = method_cls(method_cfg, self.backbone)
         self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
         self.data = build(cfg.data, "data", seed=t.seed)

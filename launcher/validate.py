@@ -14,6 +14,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.components import component_class
+from launcher.mesh import check_mesh_config
 from launcher.resume import check_resume_from
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
@@ -58,6 +59,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
                    f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
     with errors.collect():
         check_resume_from(cfg)
+    with errors.collect():
+        check_mesh_config(cfg.cluster)
 
 
 def check_across_groups(cfg: Any, classes: dict[str, type], errors: ConfigErrors) -> None:

@@ -25,7 +25,23 @@ def recipe_key(*parts) -> str:
 def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
     """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once with ``save_pretrained`` and
     return the folder (see :func:`materialize_folder`)."""
-    return materialize_folder(prefix, key, lambda folder: build().save_pretrained(folder), cache_dir)
+    def write(folder: Path) -> None:
+        pipe = build()
+        for component in pipe.components.values():
+            save_on_any_rank(component)
+        pipe.save_pretrained(folder)
+
+    return materialize_folder(prefix, key, write, cache_dir)
+
+
+def save_on_any_rank(model) -> object:
+    """Let a transformers model built whole on this rank save its weights here. transformers writes weights only on
+    torch.distributed rank 0 (it assumes every rank holds the same or a sharded model that rank 0 writes), but a
+    twin is built by whichever rank fills its cache: with a node-local ``cluster.cache_dir``, the first rank of every
+    node. The override is on this instance only; other models keep transformers' rule."""
+    if hasattr(model, "should_save_on_this_rank"):
+        model.should_save_on_this_rank = lambda is_main_process=True: is_main_process
+    return model
 
 
 def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cache_dir: str | Path | None = None,
@@ -45,8 +61,8 @@ def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cac
             write(tmp)
             empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
             if empty:   # transformers writes no weights on a torch.distributed rank other than 0
-                raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
-                                   f"(the trainer does) or before initialising torch.distributed")
+                raise RuntimeError(f"tiny twin components {empty} were not written: pass transformers models "
+                                   f"through models.twins.save_on_any_rank before saving them")
             if not (tmp / marker).exists():
                 raise RuntimeError(f"{prefix}: the writer did not produce {marker}")
             tmp.rename(target)

@@ -5,7 +5,6 @@ for 1 and N processes (e.g. Flow-GRPO gathers rewards across ranks before per-pr
 """
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import os
@@ -75,18 +74,6 @@ def init_distributed(collective_timeout_s: int = 600) -> World:
 def barrier() -> None:
     if _active():
         dist.barrier()
-
-
-@contextlib.contextmanager
-def main_rank_first(world: World):
-    """Run the block on rank 0 first, then on the other ranks (e.g. downloads or cache builds)."""
-    if not world.is_main:
-        barrier()
-    try:
-        yield
-    finally:
-        if world.is_main:
-            barrier()
 
 
 def broadcast_object(obj, src: int = 0):

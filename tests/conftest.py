@@ -34,6 +34,15 @@ def tiny_rewards(twin_cache) -> Path:
     return materialize_tiny_rewards(twin_cache)
 
 
+@pytest.fixture(scope="session")
+def slurm_reference(tmp_path_factory, twin_cache) -> Path:
+    """The uninterrupted 2-rank run that the SLURM tests' interrupted and multi-node jobs reproduce (tests/
+    slurm_support.py); built once for test_slurm.py and test_slurm_multinode.py."""
+    from slurm_support import reference_run
+
+    return reference_run(tmp_path_factory.mktemp("reference"))
+
+
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
