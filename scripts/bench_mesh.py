@@ -4,8 +4,8 @@
 ``--nodes`` x ``--ranks-per-node`` processes (gloo on the CPU, NCCL with ``--device cuda``) pose as that many nodes
 (``LOCAL_WORLD_SIZE`` as SLURM + submitit export it, so ``launcher.mesh.build_mesh`` puts one node in each HSDP shard
 group). Each builds the same FLUX-class transformer, shards it with ``FluxBackbone.shard_transformer`` on each
-mesh in turn and runs one training step (forward, backward, optimizer step) under a ``TorchDispatchMode`` that sees every
-``c10d`` collective FSDP2 issues, with its process group and tensors. A collective *crosses nodes* when its group
+mesh in turn and runs one training step (forward, backward, optimizer step) under a ``TorchDispatchMode`` that sees
+every ``c10d`` collective FSDP2 issues, with its process group and tensors. A collective *crosses nodes* when its group
 holds ranks of more than one node: the whole 1-D mesh, or HSDP's replicate groups. Bytes are each collective's
 payload on one rank (all-gather: the gathered tensor; reduce-scatter: the full gradient it reduces; all-reduce: the
 tensor), summed over one step and averaged over ranks; what the wire carries is (g - 1) / g of that in a ring of g
