@@ -1,6 +1,6 @@
 """``rewardflow-status <sweep dir>``: the state of each point of a ``cluster=slurm`` sweep, from SLURM and the run dirs.
 
-For each job recorded in ``<sweep dir>/slurm_jobs.json`` (launcher/slurm_launcher.py): queued (with SLURM's reason),
+For each job recorded in ``<sweep dir>/slurm_jobs.json`` (launcher/slurm_jobs.py): queued (with SLURM's reason),
 running step k of N (the run's ``metrics.jsonl`` and its ``trainer.steps``), done, or failed with the reason (the
 job's ``rewardflow:`` message or the last line of its error log), and how many times SLURM requeued it (preemption,
 time limit). Live jobs come from ``squeue``, finished ones from ``sacct`` (with ``--duplicates``, one row per attempt).
@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm_launcher import JOBS_FILE
+from launcher.slurm_jobs import JOBS_FILE
 
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
@@ -74,34 +74,44 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
 
 #: the last line of a Python traceback: ``RuntimeError: ...``, ``torch.OutOfMemoryError: ...``
 EXCEPTION_LINE = re.compile(r"^[\w.]*(Error|Exception|Interrupt|Exit)\b.*?: ")
+#: what a failing task writes to its error log: the CLI's one-paragraph report, or launcher/cli.py's traceback header
+FAILURE_LINE = re.compile(r"^(rewardflow: |rank \d+ failed:)")
 
 
-def failure_reason(stderr_file: str) -> str:
-    """The job's own explanation from its error log: its last ``rewardflow:`` message, else the last exception line
-    (the traceback's cause), else the last line."""
+def log_lines(stderr_file: str) -> list[str]:
     path = Path(stderr_file)
     if not path.exists():
-        return ""
-    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        return []
+    return [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+
+
+def failure_reason(lines: list[str]) -> str:
+    """The task's own explanation of a failure in its error log (empty when it reports none): its last
+    ``rewardflow:`` message, else the last exception line (the traceback's cause)."""
     ours = [line for line in lines if line.startswith("rewardflow:")]
     exceptions = [line for line in lines if EXCEPTION_LINE.match(line)]
-    return (ours or exceptions or lines or [""])[-1][:300]
+    return (ours or exceptions or [""])[-1][:300]
 
 
 def describe(job: dict, s: SlurmState) -> str:
     done, total = progress(Path(job["run_dir"]))
-    of = f"step {done} of {total}" if total else f"{done} steps"
+    of = f"step {done} of {total}" if total else "start-up"
+    lines = log_lines(job["stderr"])
+    # Hydra's task wrapper catches a run's exception, so its SLURM job still ends COMPLETED: the log tells
+    task_failed = any(FAILURE_LINE.match(line) for line in lines)
     if s.state in QUEUED:
         text = f"queued ({s.reason})" if s.reason and s.reason != "None" else "queued"
     elif s.state in RUNNING:
         text = f"running {of}"
-    elif s.state == "COMPLETED":
+    elif s.state == "COMPLETED" and not task_failed:
         text = f"done ({of})"
     elif s.state == "UNKNOWN":
         text = f"unknown to SLURM ({of} in the run dir)"
     else:
-        reason = failure_reason(job["stderr"]) or s.reason
-        text = f"failed ({s.state}, exit code {s.exit_code or '?'}) at {of}: {reason}"
+        reason = failure_reason(lines) or s.reason or (lines[-1][:300] if lines else "")
+        how = "the run raised; SLURM: COMPLETED" if s.state == "COMPLETED" else \
+            f"SLURM: {s.state}, exit code {s.exit_code or '?'}"
+        text = f"failed ({how}) at {of}: {reason}"
     requeues = max(0, s.attempts - 1)
     return text + (f", requeued {requeues} time{'s' if requeues > 1 else ''}" if requeues else "")
 
