@@ -7,6 +7,7 @@ of a local sweep); a ``cluster=slurm`` submit host usually has no GPU, so it lea
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from models.common_config import DiffusersModelConfig
@@ -42,3 +43,14 @@ def placement(cfg: Any, world_size: int) -> str:
     dtype = str(torch_dtype(m.dtype, device)).removeprefix("torch.") if getattr(m, "dtype", None) else "float32"
     mesh = cfg.cluster.get("mesh", "fsdp") if world_size > 1 else "none"
     return f"device {device}, dtype {dtype}, world size {world_size}, mesh {mesh}"
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """This process's rank and the job's number of ranks, before the process group exists (submitit's job
+    environment, a torchrun-style environment, or one process)."""
+    from rewardflow.distributed import submitit_job_env   # torch: not at composition time
+
+    job = submitit_job_env()
+    if job is not None:
+        return job.global_rank, job.num_tasks
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
