@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from launcher import installation
+from launcher.cfg_print import hydra_cfg_resolved_in_context
 from launcher.cli_help import completion_filter
 from launcher.config import register_configs
 
@@ -132,7 +133,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    with completion_filter(sys.argv[1:]):
+    with completion_filter(sys.argv[1:]), hydra_cfg_resolved_in_context(sys.argv[1:]):
         _hydra_main()
 
 

@@ -52,6 +52,7 @@ class SlurmClusterConfig(MultiRankFields):
     setup: list[str] = field(default_factory=list)   # shell lines run in the sbatch script before srun
     additional_parameters: dict[str, Any] = field(default_factory=dict)   # extra sbatch flags
     collective_timeout_s: int = 600
+    wait: bool = True                 # false: submit, print the job ids and return (rewardflow-status follows them)
 
 
 SCHEMAS = {"cluster": {"local": LocalClusterConfig, "local_multi": LocalMultiClusterConfig,

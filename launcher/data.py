@@ -18,7 +18,7 @@ class PromptSource:
     """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step."""
 
     def __init__(self, cfg: DataConfig, seed: int = 0):
-        self.prompts = load_prompts(cfg.prompts, cfg.path, cfg.field)
+        self.prompts = load_prompts(cfg.prompts, cfg.path, cfg.field, cfg.encoding)
         self.shuffle = cfg.shuffle
         self.seed = seed
 
@@ -26,7 +26,7 @@ class PromptSource:
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         """The config-check hook of every component (see :mod:`launcher.validate`): the prompts can be read."""
         with errors.collect():
-            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
+            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -6,6 +6,8 @@ from typing import Optional
 
 from omegaconf import MISSING
 
+from rewardflow.prompts import DEFAULT_ENCODING
+
 
 @dataclass
 class DataConfig:
@@ -14,6 +16,7 @@ class DataConfig:
     prompts: Optional[list[str]] = None   # inline prompt list (data=demo)
     path: Optional[str] = None            # .txt (one prompt per line) or .jsonl file (data=file)
     field: str = "prompt"                 # jsonl key holding the prompt
+    encoding: str = DEFAULT_ENCODING      # text encoding of the file (a Python codec name: latin-1, utf-16, ...)
     shuffle: bool = True                  # reshuffle every epoch (deterministic in trainer.seed)
 
 

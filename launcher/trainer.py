@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from launcher import preemption
 from launcher.checkpoint import CheckpointManager
 from launcher.components import build, component_class
+from launcher.device_check import placement, rank_and_world_size
 from launcher.mesh import build_mesh, describe
 from launcher.node_cache import cache_builders_first
 from launcher.plots import plot_reward_curve, save_image_grid
@@ -90,9 +91,10 @@ class Trainer:
             raise ConfigError(f"cluster={cfg.cluster.name} runs its ranks through Hydra's submitit launcher, but "
                               f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
                               f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local")
+        rank, world_size = rank_and_world_size()
+        if rank == 0:                          # the run's first line, before the ranks' process-group lines
+            log.info("%s | run dir %s", placement(cfg, world_size), info.run_dir)
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
-        if self.world.is_main:
-            log.info("run dir %s", info.run_dir)
         self.run_lock = lock_run_dir(info.run_dir, self.world)    # one run per run dir (launcher/run_lock.py)
         if cfg.method.prompts_per_step % self.world.world_size:
             raise ConfigError(f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "

@@ -9,13 +9,16 @@ each naming its key and the fix.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.components import component_class
+from launcher.device_check import check_devices
 from launcher.mesh import check_mesh_config
 from launcher.resume import check_resume_from
+from launcher.strict_keys import check_keys
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
 
@@ -23,14 +26,20 @@ from rewardflow.prompts import load_prompts
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
-def validate(cfg: DictConfig) -> list[str]:
-    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the run's prompts."""
+def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
+    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the run's prompts.
+
+    ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
+    which the job repeats on its node."""
     errors = ConfigErrors()
     for key in OmegaConf.missing_keys(cfg):
         errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
+    check_keys(cfg, errors)
     errors.raise_if_any()
     run = OmegaConf.to_object(cfg)
     check_trainer(run, errors)
+    if on_this_host:
+        check_devices(run, errors)
     classes = {}
     for group in COMPONENT_GROUPS:
         node = getattr(run, group)
@@ -42,7 +51,7 @@ def validate(cfg: DictConfig) -> list[str]:
     if not errors.messages:                                 # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
     errors.raise_if_any()
-    return load_prompts(run.data.prompts, run.data.path, run.data.field)
+    return load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding)
 
 
 def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
@@ -54,7 +63,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
                    f"must be >= 1 (got {t.max_nonfinite_in_a_row})")
     errors.require(t.sample_every >= 0, "trainer.sample_every",
                    f"must be >= 0 (got {t.sample_every}); 0 disables image grids")
-    errors.require(cfg.optimizer.lr > 0, "optimizer.lr", f"must be > 0 (got {cfg.optimizer.lr})")
+    errors.require(math.isfinite(cfg.optimizer.lr) and cfg.optimizer.lr > 0, "optimizer.lr",
+                   f"must be a finite number > 0 (got {cfg.optimizer.lr}). Fix: e.g. optimizer.lr=1e-5")
     errors.require(t.log_every >= 0, "trainer.log_every",
                    f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
     with errors.collect():

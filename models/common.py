@@ -37,7 +37,7 @@ ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+    return torch.device(str(device))
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -179,6 +179,8 @@ class DiffusersBackbone(FrozenReference, Backbone):
     #: display name and canonical hub id of the family (for messages and README)
     family: str = "diffusers"
     hub_id: str = ""
+    #: the subfolders of a model folder this family loads (checked before anything is built)
+    components: tuple[str, ...] = ()
     #: attribute names of the transformer's block lists, in forward order (one FSDP unit each)
     block_attrs: tuple[str, ...] = ()
     #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
@@ -206,6 +208,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         errors.require(m.dtype not in (Dtype.float64, Dtype.fp64), "model.dtype",
                        f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
                        f"GPU, fp32 on the CPU)")
+        if m.path is not None:      # a tiny twin's null path: the twin is built into its cache
+            with errors.collect():
+                ComponentLoader(m.path, cls.family, cls.hub_id).check(cls.components)
         if m.finetune == Finetune.lora:
             errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
                            f"(got {m.lora_rank})")

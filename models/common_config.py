@@ -7,6 +7,7 @@ from typing import Optional
 from omegaconf import MISSING
 
 from models.backbone_config import ModelConfig
+from rewardflow.devices import Device
 from rewardflow.dtypes import Dtype
 
 
@@ -20,7 +21,8 @@ class DiffusersModelConfig(ModelConfig):
     lora_alpha: float = 64.0
     lora_targets: list[str] = MISSING    # module names the LoRA adapter wraps
     gradient_checkpointing: bool = True
-    device: str = "auto"              # auto: cuda if available, else cpu
+    device: Device = Device.auto      # auto: cuda if available, else cpu
+    allow_cpu: bool = False           # a real family on the CPU takes hours per step: refused unless true
     dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)
     prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
     offload_text_encoders: bool = True        # GPU: text encoders on the CPU except while encoding new prompts

@@ -34,6 +34,7 @@ class FluxBackbone(DiffusersBackbone):
     name = "flux"
     family = "FLUX.1"
     hub_id = "black-forest-labs/FLUX.1-dev"
+    components = FLUX_COMPONENTS
     block_attrs = ("transformer_blocks", "single_transformer_blocks")
 
     def __init__(self, cfg: FluxModelConfig, keep_reference: bool = False):

@@ -39,6 +39,7 @@ class QwenImageBackbone(DiffusersBackbone):
     name = "qwenimage"
     family = "Qwen-Image"
     hub_id = "Qwen/Qwen-Image"
+    components = QWEN_COMPONENTS
     block_attrs = ("transformer_blocks",)
 
     @classmethod

@@ -30,6 +30,7 @@ class SD3Backbone(DiffusersBackbone):
     name = "sd35m"
     family = "SD3.5"
     hub_id = "stabilityai/stable-diffusion-3.5-medium"
+    components = SD3_COMPONENTS
     block_attrs = ("transformer_blocks",)
 
     def __init__(self, cfg: SD3ModelConfig, keep_reference: bool = False):

@@ -117,7 +117,7 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
     def __init__(self, cfg: ToyGaussianModelConfig, keep_reference: bool = False):
         self.cfg = cfg
         self.name = cfg.name
-        self.device = torch.device(cfg.device)
+        self.device = torch.device(str(cfg.device))
         self.dtype = torch_dtype(cfg.dtype)
         dim = self.dim = cfg.dim
         self.mu0, self.var0 = _per_dim(cfg.mu0, dim, "mu0"), _per_dim(cfg.var0, dim, "var0")

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from models.backbone_config import Finetune, ModelConfig
+from rewardflow.devices import Device
 from rewardflow.dtypes import Dtype
 
 
@@ -25,7 +26,7 @@ class ToyGaussianModelConfig(ModelConfig):
     lora_alpha: float = 8.0
     lora_targets: Optional[list[str]] = None   # default: every linear layer of the MLP
     seed: int = 0
-    device: str = "cpu"
+    device: Device = Device.cpu
     dtype: Dtype = Dtype.float64      # float64 or float32
 
 

@@ -44,6 +44,7 @@ class WanBackbone(DiffusersBackbone):
     name = "wan2.1"
     family = "Wan2.1"
     hub_id = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
+    components = WAN_COMPONENTS
     block_attrs = ("blocks",)
     video = True
     #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE: 4)

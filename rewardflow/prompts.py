@@ -9,10 +9,14 @@ from pathlib import Path
 from rewardflow.errors import ConfigError
 
 SUPPORTED = (".txt", ".jsonl")
+#: how prompt files are decoded unless ``data.encoding`` names another codec
+DEFAULT_ENCODING = "utf-8"
 
 
-def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt") -> list[str]:
-    """Read and check the prompt list. Errors name the config key (``data.path`` / ``data.field``) and the fix."""
+def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt",
+                 encoding: str = DEFAULT_ENCODING) -> list[str]:
+    """Read and check the prompt list. Errors name the config key (``data.path`` / ``data.field`` /
+    ``data.encoding``) and the fix."""
     if path is None:
         if not prompts:
             raise ConfigError("data: no prompts. Fix: data=demo, or data=file data.path=/path/prompts.txt")
@@ -24,29 +28,51 @@ def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prom
     if p.suffix not in SUPPORTED:
         raise ConfigError(f"data.path={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
     out: list[str] = []
-    with p.open() as fh:
-        for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if p.suffix == ".txt":
-                out.append(line)
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"data.path={path!r} line {n}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or field not in row:
-                raise ConfigError(f"data.path={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
-            out.append(str(row[field]))
+    for n, line in enumerate(read_text(p, path, encoding).split("\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        if p.suffix == ".txt":
+            out.append(line)
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"data.path={path!r} line {n}: not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or field not in row:
+            raise ConfigError(f"data.path={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
+        out.append(str(row[field]))
     if not out:
         raise ConfigError(f"data.path={path!r} holds no prompts")
     return out
 
 
+def read_text(p: Path, path: str, encoding: str) -> str:
+    """The file's text; a binary file, bytes that are not ``encoding`` or an unknown codec name a :class:`ConfigError`
+    (a ``UnicodeDecodeError`` traceback before)."""
+    data = p.read_bytes()
+    binary = ConfigError(f"data.path={path!r} is a binary file (NUL bytes), not {encoding} text. Fix: point data.path "
+                         f"at a .txt or .jsonl prompt file, or name its encoding with data.encoding=<codec> "
+                         f"(e.g. utf-16)")
+    try:
+        text = data.decode(encoding)
+    except LookupError:
+        raise ConfigError(f"data.encoding={encoding!r} is not a text encoding Python knows. Fix: "
+                          f"data.encoding={DEFAULT_ENCODING} (or e.g. latin-1, cp1252, utf-16)") from None
+    except UnicodeDecodeError as e:
+        if b"\0" in data:
+            raise binary from None
+        raise ConfigError(f"data.path={path!r} is not valid {encoding} text (byte {e.start}: {e.reason}). Fix: "
+                          f"convert it (`iconv -f <its encoding> -t utf-8`), or name its encoding with "
+                          f"data.encoding=<codec> (e.g. latin-1, cp1252)") from None
+    if "\0" in text:
+        raise binary
+    return text
+
+
 def prompts_or_none(data) -> list[str] | None:
     """The prompts of the ``data`` config ``data``, or None when they cannot be read (the data check says why)."""
     try:
-        return load_prompts(data.prompts, data.path, data.field)
+        return load_prompts(data.prompts, data.path, data.field, data.encoding)
     except ConfigError:
         return None

@@ -12,6 +12,7 @@ under ``no_grad``. Videos are reduced once, on the weighted per-frame sum, by th
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 import torch
@@ -75,6 +76,10 @@ class MultiReward(Reward):
         errors.require(set(components) == set(weights), "reward.weights", f"must name exactly the components: "
                        f"components {sorted(components)}, weights {sorted(weights)}. Fix: set {key}.weights.<name> "
                        f"for each component (0 = score and log only)")
+        for n, w in weights.items():
+            errors.require(math.isfinite(w), f"reward.weights.{n}", f"must be a finite number (got {w}): a NaN or "
+                           f"infinite weight makes every step's reward NaN. Fix: {key}.weights.{n}=1.0 (0 = score "
+                           f"and log only)")
         errors.require(0 < r.norm_momentum <= 1, "reward.norm_momentum", f"must be in (0, 1] (got {r.norm_momentum})")
         for n, c in components.items():
             if not errors.require(n not in RESERVED and "/" not in n, f"reward.components.{n}",

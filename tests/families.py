@@ -45,3 +45,14 @@ class Family:
 
 NAMES = [name for name in group_options("model") if name.startswith("tiny_")]
 FAMILIES = {name: Family(name) for name in NAMES}
+
+
+def real_family_overrides(overrides: list[str]) -> list[str]:
+    """What makes a real family's config (``model=flux`` or a paper preset) validate on this GPU-less test machine:
+    its tiny twin's folder as ``model.path`` (same layout as the published checkpoint) and ``model.allow_cpu=true``."""
+    from launcher.device_check import is_real_family
+
+    model = OmegaConf.to_object(compose(overrides).model)
+    if not is_real_family(model):
+        return []
+    return [f"model.path={FAMILIES[f'tiny_{model.name}'].path()}", "model.allow_cpu=true"]

@@ -15,3 +15,11 @@ class NaNOnLastStep(ColorReward):
         NaNOnLastStep.calls += 1
         out = super().score(images, prompts)
         return out * float("nan") if NaNOnLastStep.calls == self.nan_on_call else out
+
+
+class BrokenScorer(ColorReward):
+    """A reward whose scoring fails at run time (what config checks cannot see, e.g. a scorer that runs out of
+    memory): a job that fails in the middle of a sweep."""
+
+    def score(self, images, prompts):
+        raise RuntimeError("BrokenScorer: scoring failed on purpose")

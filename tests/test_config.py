@@ -14,6 +14,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
+from families import real_family_overrides
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
@@ -32,7 +33,7 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
         extra.append(f"data.path={prompts}")
-    return [f"{group}={option}", *extra]
+    return [f"{group}={option}", *extra, *real_family_overrides([f"{group}={option}"])]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in group_options(g)])
@@ -58,7 +59,7 @@ def test_every_method_reward_pair_composes(method, reward, tiny_rewards):
 def test_every_method_model_pair_composes(method, model):
     """The composition matrix over model families (real and tiny): every method composes and validates with every
     model option, without building anything."""
-    cfg = compose([f"method={method}", f"model={model}"])
+    cfg = compose([f"method={method}", f"model={model}", *real_family_overrides([f"model={model}"])])
     assert cfg.model.name == model and cfg.model.finetune in ("lora", "full")
     validate(cfg)
 

@@ -1,0 +1,56 @@
+"""Device honesty: the checks of ``model.device`` against this machine, and the run's first log line.
+
+A real family (FLUX.1, SD3.5, Qwen-Image, Wan2.1 from their published weights) on the CPU would silently start a
+run of hours per step in fp32, so it is refused unless the user says ``model.allow_cpu=true``; the tiny twins and
+the SOC toy are made for the CPU. These checks run where the ranks run (the run itself, and the submitting process
+of a local sweep); a ``cluster=slurm`` submit host usually has no GPU, so it leaves them to the job.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from models.common_config import DiffusersModelConfig
+from models.twins_config import TinyTwinConfig
+from rewardflow.devices import Device, cuda_available, resolved_device
+from rewardflow.dtypes import torch_dtype
+from rewardflow.errors import ConfigErrors
+
+
+def is_real_family(model: Any) -> bool:
+    """A diffusers family loaded from published weights (not a tiny twin, not the toy)."""
+    return isinstance(model, DiffusersModelConfig) and not isinstance(model, TinyTwinConfig)
+
+
+def check_devices(cfg: Any, errors: ConfigErrors) -> None:
+    m = cfg.model
+    if getattr(m, "device", None) is None:
+        return
+    if not errors.require(m.device != Device.cuda or cuda_available(), "model.device",
+                          "is cuda but this process sees no CUDA GPU (torch.cuda.is_available() is False). Fix: run "
+                          "on a GPU node (cluster=slurm cluster.gpus_per_node=<n>), or model.device=auto"):
+        return
+    errors.require(not is_real_family(m) or resolved_device(m.device) != Device.cpu or m.allow_cpu,
+                   "model.allow_cpu", f"model={m.name} would run on the CPU (no CUDA GPU here): its published "
+                   f"transformer has billions of parameters, so one step takes hours in fp32. Fix: run on a GPU "
+                   f"(cluster=slurm), use a CPU twin (model=tiny_{m.name}), or model.allow_cpu=true to run it anyway")
+
+
+def placement(cfg: Any, world_size: int) -> str:
+    """``device cpu, dtype float32, world size 1, mesh none``: where and how the run computes."""
+    m = cfg.model
+    device = resolved_device(m.device) if getattr(m, "device", None) is not None else "cpu"
+    dtype = str(torch_dtype(m.dtype, device)).removeprefix("torch.") if getattr(m, "dtype", None) else "float32"
+    mesh = cfg.cluster.get("mesh", "fsdp") if world_size > 1 else "none"
+    return f"device {device}, dtype {dtype}, world size {world_size}, mesh {mesh}"
+
+
+def rank_and_world_size() -> tuple[int, int]:
+    """This process's rank and the job's number of ranks, before the process group exists (submitit's job
+    environment, a torchrun-style environment, or one process)."""
+    from rewardflow.distributed import submitit_job_env   # torch: not at composition time
+
+    job = submitit_job_env()
+    if job is not None:
+        return job.global_rank, job.num_tasks
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
