@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from launcher.distributed import all_reduce_sum
+from methods.flash_grpo_config import WeightNorm
 from methods.sde import FlowSDEScheduler
-
-WEIGHT_NORMS = ("update", "pool", "none")
+from rewardflow.distributed import all_reduce_sum
 
 
 def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Tensor:
@@ -60,5 +59,5 @@ def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: 
     elif norm == "none":
         denom = 1.0
     else:
-        raise ValueError(f"weight norm must be one of {WEIGHT_NORMS}, got {norm!r}")
+        raise ValueError(f"weight norm must be one of {', '.join(WeightNorm)}, got {norm!r}")
     return inv_lambda / denom, denom

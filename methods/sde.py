@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-NOISE_KERNELS = ("dance", "flow", "linear", "cps")
+from methods.grpo_config import NoiseKernel
 
 
 @dataclass
@@ -80,8 +80,8 @@ class FlowSDEScheduler:
     """
 
     def __init__(self, sigmas: torch.Tensor, noise_kernel: str = "dance", eta: float = 0.3):
-        if noise_kernel not in NOISE_KERNELS:
-            raise ValueError(f"noise_kernel must be one of {NOISE_KERNELS}, got {noise_kernel!r}")
+        if noise_kernel not in tuple(NoiseKernel):
+            raise ValueError(f"noise_kernel must be one of {', '.join(NoiseKernel)}, got {noise_kernel!r}")
         self.sigmas = sigmas.to(torch.float64)
         self.noise_kernel = noise_kernel
         self.eta = float(eta)

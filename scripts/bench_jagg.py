@@ -52,6 +52,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 
+from launcher.config import compose  # noqa: E402
 from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
 # FLUX "small" (docs/development.md#the-flux-small-configuration): 2 double + 4 single blocks, 4 heads x 32; text
@@ -88,19 +89,6 @@ def model_folder(config: str) -> Path:
     from models.tiny_flux import materialize_tiny_flux_variant
 
     return materialize_tiny_flux_variant(CONFIGS[config])
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
 
 
 class CPUClock:

@@ -9,9 +9,9 @@ import torch
 
 from conftest import compose
 from flash_toys import IdentityBackbone, flash_method, sd3_euler
-from launcher.errors import ConfigError
 from launcher.validate import validate
 from methods.sde import FlowSDEScheduler, cps_log_prob
+from rewardflow.errors import ConfigError
 
 A = 0.8       # upstream's noise_level in every CPS config
 N = 10        # SD3.5-M Fast: num_steps 10
