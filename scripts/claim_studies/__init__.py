@@ -7,6 +7,6 @@ and :mod:`.eam` (EAM converges faster than Adjoint Matching to the same tilted l
 study first checks that its testbed has the property the claim needs (its *precondition*), prints the check, then
 trains every variant through rewardflow's own trainer and methods for several seeds, and returns a verdict with 95%
 intervals (:mod:`launcher.compare.stats`). :mod:`.common` holds the plumbing, :mod:`.evaluation` the evaluation
-sampler shared by every variant, :mod:`.training` one run stepped to a compute budget, and each study's ``<study>_report`` module its page, data and plots
-(``docs/results/<study>.{md,json,png}``).
+sampler shared by every variant, :mod:`.training` one run stepped to a compute budget, and each study's
+``<study>_report`` module its page, data and plots (``docs/results/<study>.{md,json,png}``).
 """

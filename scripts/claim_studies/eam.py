@@ -140,7 +140,8 @@ def run(ctx: Context) -> dict:
                     res["precondition"] = precondition(trainer, ruler, lam)
                     p = res["precondition"]
                     say(f"[eam] lambda {lam:g}: the base model is {p['base_error']:.3f} from the target (against its "
-                        f"own law {p['self_error']:.4f}; the reference samples' own error {p['reference_error']:.4f}); AM's zero-control terminal error h=1/40: {p['am_bias']['0.025']}, "
+                        f"own law {p['self_error']:.4f}; the reference samples' own error {p['reference_error']:.4f}); "
+                        f"AM's zero-control terminal error h=1/40: {p['am_bias']['0.025']}, "
                         f"h=1e-3: {p['am_bias']['0.001']}: {'PASSED' if p['passed'] else 'FAILED'}")
                 run_ = train_to_target(trainer, ruler, iterations[name], every[name])
                 runs.append(run_)

@@ -12,15 +12,15 @@ from __future__ import annotations
 import torch
 
 from methods.ode_sampler import euler_ode
-from methods.schedule import scheduler_sigmas
 from methods.time_convention import velocity_am
 
 
 def family_sigmas(backbone, num_steps: int) -> torch.Tensor:
-    """The family's inference grid (float64, ``num_steps + 1`` sigmas ending at 0), with its own shift."""
-    config = backbone.scheduler_config()
-    shift = float(config.get("flow_shift", config.get("shift", 1.0)))
-    return scheduler_sigmas(num_steps, shift, config)
+    """The family's inference grid (float64, ``num_steps + 1`` sigmas ending at 0): :meth:`Backbone.sigmas` with the
+    static shift of the family's own scheduler config (unused where the family shifts by resolution, FLUX.1)."""
+    scheduler = getattr(backbone, "scheduler", None)
+    config = dict(scheduler.config) if scheduler is not None else {}
+    return backbone.sigmas(num_steps, float(config.get("flow_shift", config.get("shift", 1.0))))
 
 
 class FixedNoiseEval:

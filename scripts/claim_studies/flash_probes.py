@@ -14,26 +14,26 @@ import torch
 
 @contextlib.contextmanager
 def method_settings(method, pool: list[int] | None = None, **cfg_values):
-    """Temporarily run ``method`` (a FlashGRPO) with another SDE pool and other config values."""
-    saved_pool, saved = method.pool, {k: method.cfg[k] for k in cfg_values}
+    """Temporarily run ``method`` (a FlashGRPO) with another SDE pool and other values of its typed config."""
+    saved_pool, saved = method.pool, {k: getattr(method.cfg, k) for k in cfg_values}
     try:
         if pool is not None:
             method.pool = list(pool)
         for k, v in cfg_values.items():
-            method.cfg[k] = v
+            setattr(method.cfg, k, v)
         yield method
     finally:
         method.pool = saved_pool
         for k, v in saved.items():
-            method.cfg[k] = v
+            setattr(method.cfg, k, v)
         method.diagnostics.flush()
 
 
 def kstar_effect(trainer, pool: list[int], groups_per_cell: int, prompts: int | None = None, seed: int = 99) -> dict:
     """How much a group's expected reward depends on its SDE step k*, on the trainer's current model.
 
-    For every prompt of the data (or its first ``prompts``) and every ``k`` of ``pool``, ``groups_per_cell`` groups of G rollouts with their SDE
-    step at ``k``, twice: with fresh initial noise per rollout (the paper's setting) and with one initial latent per
+    For every prompt of the data (or its first ``prompts``) and every ``k`` of ``pool``, ``groups_per_cell`` groups of
+    G rollouts with their SDE step at ``k``, twice: with fresh initial noise per rollout (the paper's setting) and with one initial latent per
     group (so the spread within a group is the SDE step's alone).
 
     Returns ``between_over_noise``: the variance across k* of a group's expected mean reward (prompt by prompt, the
