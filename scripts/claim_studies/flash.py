@@ -116,7 +116,8 @@ def twin_testbed(quick: bool, seeds: list[int]) -> Testbed:
     return Testbed(
         name="twin", title="tiny FLUX twin, flow-matching pre-trained, colour reward",
         overrides=["model=tiny_flux", "reward=color"], etas=[1.0] if quick else [1.0, 1.5], prompts=2, group=8,
-        lrs=[1e-3] if quick else [3e-4, 1e-3, 3e-3], steps=2 if quick else 100,
+        # quick: 3 Flash-GRPO steps, the least budget that holds one Flow-GRPO step (16 x 37 passes)
+        lrs=[1e-3] if quick else [3e-4, 1e-3, 3e-3], steps=3 if quick else 100,
         sweep_seeds=[] if quick else [1000, 1001], confirm_seeds=list(seeds), eval_prompts=HELD_OUT,
         eval_per_prompt=1 if quick else 4, eval_steps=10, pretrain_steps=4 if quick else 600,
         groups_per_cell=1 if quick else 2, precondition_prompts=2 if quick else None)
@@ -133,9 +134,9 @@ class Runner:
             self.state = pretrained_twin(tb.pretrain_steps)
         self.count = 0
 
-    def trainer(self, variant: str, seed: int, lr: float):
+    def trainer(self, variant: str, seed: int, lr: float, tag: str = ""):
         self.count += 1
-        run_dir = self.ctx.work / "flash" / self.tb.name / f"{variant}_lr{lr:g}_seed{seed}"
+        run_dir = self.ctx.work / "flash" / self.tb.name / f"{tag}{variant}_lr{lr:g}_seed{seed}"
         trainer = make_trainer(self.tb.overrides_for(variant, seed, lr, self.ctx.threads), run_dir)
         if self.state is not None:
             from bench_eam import load_twin
@@ -174,7 +175,7 @@ def precondition(runner: Runner) -> dict:
 
 def measure_precondition(runner: Runner) -> dict:
     tb = runner.tb
-    trainer = runner.trainer("flash", 0, tb.lrs[0])
+    trainer = runner.trainer("flash", 0, tb.lrs[0], tag=f"precondition_eta{tb.eta:g}_")
     method = trainer.method
     lam = rectification_factor(method.sde, torch.tensor(POOL)).tolist()
     out = {"eta": tb.eta, "pool": POOL, "lambda": lam, "lambda_spread": max(lam) / min(lam),
