@@ -141,3 +141,22 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def saved(path: Path, key: dict, compute: Callable[[], dict]) -> dict:
+    """``compute()`` once: its JSON-ready result is kept at ``path`` with ``key`` (the settings that produced it) and
+    returned again, without recomputing, while the key is the same. A full study takes hours of a shared CPU; stopped
+    midway, its rerun resumes at the first run it had not finished, and a changed setting recomputes the runs it
+    touches."""
+    import json
+
+    if path.exists():
+        stored = json.loads(path.read_text())
+        if stored.get("key") == json.loads(json.dumps(key)):
+            return stored["result"]
+    result = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"key": key, "result": result}))
+    tmp.replace(path)                   # never a half-written file for a later rerun to read
+    return result

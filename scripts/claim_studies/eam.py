@@ -19,7 +19,7 @@ import statistics
 
 import torch
 
-from claim_studies.common import Context, compute_units, make_trainer, timed_step
+from claim_studies.common import Context, compute_units, make_trainer, saved, timed_step
 from methods.memoryless import MemorylessSchedule
 from models.toy_gaussian import gaussian_velocity_am
 
@@ -132,18 +132,29 @@ def run(ctx: Context) -> dict:
         for name in METHODS:
             runs = []
             for seed in ctx.seeds:
-                trainer = make_trainer([*METHODS[name], f"method.reward_scale={lam}", f"trainer.seed={seed}",
-                                        f"model.seed={seed}", f"trainer.threads={ctx.threads}"],
-                                       ctx.work / "eam" / f"lam{lam:g}" / f"{name}_seed{seed}")
-                ruler = Ruler(trainer, lam, samples)
+                overrides = [*METHODS[name], f"method.reward_scale={lam}", f"trainer.seed={seed}",
+                             f"model.seed={seed}", f"trainer.threads={ctx.threads}"]
+                run_dir = ctx.work / "eam" / f"lam{lam:g}" / f"{name}_seed{seed}"
+                key = {"overrides": overrides[:-1], "samples": samples, "iterations": iterations[name],
+                       "every": every[name]}
+                built: dict = {}
+
+                def trainer_and_ruler():         # built only when a run (or the precondition) is not saved yet
+                    if not built:
+                        built["trainer"] = make_trainer(overrides, run_dir)
+                        built["ruler"] = Ruler(built["trainer"], lam, samples)
+                    return built["trainer"], built["ruler"]
+
                 if res["precondition"] is None:
-                    res["precondition"] = precondition(trainer, ruler, lam)
+                    res["precondition"] = saved(ctx.work / "eam" / f"lam{lam:g}" / "precondition.json", key,
+                                                lambda: precondition(*trainer_and_ruler(), lam))
                     p = res["precondition"]
                     say(f"[eam] lambda {lam:g}: the base model is {p['base_error']:.3f} from the target (against its "
                         f"own law {p['self_error']:.4f}; the reference samples' own error {p['reference_error']:.4f}); "
                         f"AM's zero-control terminal error h=1/40: {p['am_bias']['0.025']}, "
                         f"h=1e-3: {p['am_bias']['0.001']}: {'PASSED' if p['passed'] else 'FAILED'}")
-                run_ = train_to_target(trainer, ruler, iterations[name], every[name])
+                run_ = saved(run_dir / "record.json", key,
+                             lambda: train_to_target(*trainer_and_ruler(), iterations[name], every[name]))
                 runs.append(run_)
                 say(f"[eam] lambda {lam:g} {name:10s} seed {seed}: error {run_['curve'][0][3]:.3f} -> "
                     f"{run_['final_error']:.4f}, time to {TOLERANCES[-1]:g}: "

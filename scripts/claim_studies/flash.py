@@ -21,11 +21,12 @@ on the model), at its own best learning rate of a sweep; the verdict compares fi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
 from claim_studies import flash_linear
-from claim_studies.common import Context, make_trainer
+from claim_studies.common import Context, make_trainer, saved
 from claim_studies.evaluation import FixedNoiseEval
 from claim_studies.flash_probes import kstar_effect, method_settings, per_kstar_gradient_norms
 from claim_studies.training import RunRecord, train
@@ -136,8 +137,8 @@ class Runner:
 
     def trainer(self, variant: str, seed: int, lr: float, tag: str = ""):
         self.count += 1
-        run_dir = self.ctx.work / "flash" / self.tb.name / f"{tag}{variant}_lr{lr:g}_seed{seed}"
-        trainer = make_trainer(self.tb.overrides_for(variant, seed, lr, self.ctx.threads), run_dir)
+        trainer = make_trainer(self.tb.overrides_for(variant, seed, lr, self.ctx.threads),
+                               self.run_dir(variant, seed, lr, tag))
         if self.state is not None:
             from bench_eam import load_twin
             load_twin(trainer, self.state)
@@ -146,11 +147,20 @@ class Runner:
         return trainer
 
     def run(self, variant: str, seed: int, lr: float, probe: bool = False) -> RunRecord:
-        trainer = self.trainer(variant, seed, lr)
-        record = train(trainer, self.ruler, budget_units=self.tb.budget)
-        if probe:
-            record.extras["grad_norms_end"] = per_kstar_gradient_norms(trainer)
-        return record
+        """One run's record, kept in its run folder (a rerun of the study reuses it)."""
+        def compute() -> dict:
+            trainer = self.trainer(variant, seed, lr)
+            record = train(trainer, self.ruler, budget_units=self.tb.budget)
+            if probe:
+                record.extras["grad_norms_end"] = per_kstar_gradient_norms(trainer)
+            return record.to_json()
+
+        key = {"overrides": self.tb.overrides_for(variant, seed, lr, 1), "budget": self.tb.budget, "probe": probe,
+               "eval": [self.tb.eval_prompts, self.tb.eval_per_prompt, self.tb.eval_steps]}
+        return RunRecord.from_json(saved(self.run_dir(variant, seed, lr) / "record.json", key, compute))
+
+    def run_dir(self, variant: str, seed: int, lr: float, tag: str = "") -> Path:
+        return self.ctx.work / "flash" / self.tb.name / f"{tag}{variant}_lr{lr:g}_seed{seed}"
 
 
 def precondition(runner: Runner) -> dict:
@@ -159,7 +169,10 @@ def precondition(runner: Runner) -> dict:
     tb, tried = runner.tb, []
     for eta in tb.etas:
         tb.eta = eta
-        out = measure_precondition(runner)
+        key = {"overrides": tb.overrides_for("flash", 0, tb.lrs[0], 1), "groups_per_cell": tb.groups_per_cell,
+               "prompts": tb.precondition_prompts, "pretrain_steps": tb.pretrain_steps, "linear": tb.linear}
+        out = saved(runner.run_dir("flash", 0, tb.lrs[0], f"precondition_eta{eta:g}_") / "precondition.json", key,
+                    lambda: measure_precondition(runner))
         tried.append({k: out[k] for k in ("eta", "between_over_noise", "lambda_spread", "passed")})
         out["tried"] = tried
         runner.say(f"[flash/{tb.name}] precondition at eta {eta:g}: a group's expected reward across k* varies "

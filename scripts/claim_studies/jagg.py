@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import statistics
 
-from claim_studies.common import Context, make_trainer
+from claim_studies.common import Context, make_trainer, saved
 from claim_studies.evaluation import FixedNoiseEval
 from claim_studies.flash import HELD_OUT
-from claim_studies.training import train
+from claim_studies.training import RunRecord, train
 
 COSINE_MAX = 0.9                        # precondition: JAGG's gradient no closer to the exact one than this
 # candidate regimes, cheapest first, JAGG on every group: DanceGRPO at its noise level (eta 0.3) with 8 trained steps
@@ -73,7 +73,8 @@ def run(ctx: Context) -> dict:
     from bench_eam import load_twin, pretrained_twin
 
     quick = ctx.quick
-    state = pretrained_twin(4 if quick else 600)
+    pretrain_steps, eval_per_prompt = (4, 1) if quick else (600, 4)
+    state = pretrained_twin(pretrain_steps)
     lr, n_steps, diagnose = 1e-3, (2 if quick else 100), (1 if quick else 25)
     found = scan(ctx, state, lr, 1 if quick else 3)
     ok = [r for r in found if r["median_cos"] <= COSINE_MAX]
@@ -92,13 +93,21 @@ def run(ctx: Context) -> dict:
         records = []
         for seed in ctx.seeds:
             diag = 0 if variant == "exact" else diagnose
-            trainer = make_trainer(overrides(regime, variant, seed, lr, ctx.threads, diag),
-                                   ctx.work / "jagg" / f"{variant}_seed{seed}")
-            load_twin(trainer, state)
-            ruler = ruler or FixedNoiseEval(trainer, HELD_OUT, 1 if quick else 4, 10)
-            keep = ("step", "reward/mean", "grad_norm", "count/transformer_fwd", "count/transformer_bwd",
-                    *[f"jagg/cos_group_{g}" for g in range(4)])
-            record = train(trainer, ruler, steps=n_steps, keep=keep)
+            run_overrides = overrides(regime, variant, seed, lr, ctx.threads, diag)
+            run_dir = ctx.work / "jagg" / f"{variant}_seed{seed}"
+
+            def compute() -> dict:
+                nonlocal ruler
+                trainer = make_trainer(run_overrides, run_dir)
+                load_twin(trainer, state)
+                ruler = ruler or FixedNoiseEval(trainer, HELD_OUT, eval_per_prompt, 10)
+                keep = ("step", "reward/mean", "grad_norm", "count/transformer_fwd", "count/transformer_bwd",
+                        *[f"jagg/cos_group_{g}" for g in range(4)])
+                return train(trainer, ruler, steps=n_steps, keep=keep).to_json()
+
+            key = {"overrides": run_overrides[:-1], "pretrain_steps": pretrain_steps, "steps": n_steps,
+                   "eval_per_prompt": eval_per_prompt}
+            record = RunRecord.from_json(saved(run_dir / "record.json", key, compute))
             records.append(record.to_json())
             ctx.say(f"[jagg] {variant:16s} seed {seed}: eval {record.first:.4f} -> {record.final:.4f}")
         out["runs"][variant] = records

@@ -30,6 +30,11 @@ class RunRecord:
     def to_json(self) -> dict:
         return {"evals": [list(e) for e in self.evals], "rows": self.rows, **self.extras}
 
+    @classmethod
+    def from_json(cls, data: dict) -> "RunRecord":
+        extras = {k: v for k, v in data.items() if k not in ("evals", "rows")}
+        return cls(evals=[tuple(e) for e in data["evals"]], rows=list(data["rows"]), extras=extras)
+
 
 def train(trainer, ruler, budget_units: float | None = None, steps: int | None = None, evals: int = 6,
           keep: tuple[str, ...] = ("step", "reward/mean", "grad_norm")) -> RunRecord:
