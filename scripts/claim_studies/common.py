@@ -29,6 +29,7 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive at this scale"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
+MIN_SEEDS = 5                   # fewer seeds per variant give no verdict, whatever their intervals say
 
 
 @dataclass

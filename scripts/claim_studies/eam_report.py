@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from claim_studies.common import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate, fmt, \
-    fmt_g, sign_of, table
+from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
+    fmt, fmt_g, sign_of, table)
 from claim_studies.eam import METHODS
 from launcher.compare.stats import ratio_interval, verdict as overlap_verdict
 
@@ -37,6 +37,8 @@ def lambda_verdict(stats: dict, precondition: dict) -> tuple[str, str]:
     if not precondition["passed"]:
         return INCONCLUSIVE, "precondition failed"
     eam = stats["eam"]
+    if eam["runs"] < MIN_SEEDS:
+        return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds"
     if eam["reached"] < eam["runs"]:
         am_always = any(stats[am]["reached"] == stats[am]["runs"] for am in ("am", "am_small_h"))
         return NOT_REPRODUCED if am_always else INCONCLUSIVE, \

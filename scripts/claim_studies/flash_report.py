@@ -5,8 +5,8 @@ import statistics
 
 import numpy as np
 
-from claim_studies.common import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate, fmt, \
-    fmt_g, paired, sign_of, table
+from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
+    fmt, fmt_g, paired, sign_of, table)
 from claim_studies.flash import BETWEEN_OVER_NOISE_MIN, FLASH_FAMILY, LAMBDA_SPREAD_MIN, TESTBEDS, VARIANTS
 from launcher.compare.stats import curve_interval
 
@@ -42,6 +42,8 @@ def testbed_verdict(res: dict, stats: dict) -> tuple[str, str]:
     steps mixed within a group, as in the paper's multi-rank Fast1) and against full-trajectory Flow-GRPO."""
     if not res["precondition"]["passed"]:
         return INCONCLUSIVE, "its precondition failed: the claim cannot show on it"
+    if len(res["runs"]["flash"]["seeds"]) < MIN_SEEDS:
+        return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds"
     if not any(sign_of(s["gain"]) > 0 for s in stats.values()):
         return INCONCLUSIVE, "no variant improved on the base model within the budget"
     signs = {v: sign_of(stats[v]["diff"]) for v in ("mixed", "flow_grpo")}

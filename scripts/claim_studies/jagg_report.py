@@ -5,8 +5,8 @@ import statistics
 
 import numpy as np
 
-from claim_studies.common import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate, fmt, \
-    paired, sign_of, table
+from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
+    fmt, paired, sign_of, table)
 from claim_studies.jagg import VARIANTS, cosines
 from launcher.compare.stats import curve_interval
 
@@ -36,6 +36,8 @@ def verdict_of(data: dict, stats: dict) -> tuple[str, str, float]:
     """Non-inferiority of JAGG to the exact gradient at margin ``MARGIN`` x the exact baseline's mean gain."""
     if not data["precondition"]["passed"]:
         return INCONCLUSIVE, "no regime with a realistic cosine was found, so nothing was trained", float("nan")
+    if len(data["seeds"]) < MIN_SEEDS:
+        return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds", float("nan")
     exact_gain = stats["exact"]["gain"]
     if sign_of(exact_gain) <= 0:
         return INCONCLUSIVE, "the exact baseline did not improve on the base model, so there is no quality to keep", \
