@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1, help="torch threads per run")
     p.add_argument("--testbeds", default=None, help="flash only: comma list of its testbeds to run (linear, twin); "
                    "the others' data are kept from <out>/flash.json")
+    p.add_argument("--lambdas", default=None, help="eam only: comma list of its reward scales to run (default 0.4,0.8,"
+                   "3.2); the page then shows those alone")
     p.add_argument("--report-only", action="store_true", help="rewrite the pages from <out>/<study>.json")
     args = p.parse_args(argv)
     names = [s.strip() for s in args.studies.split(",") if s.strip()]
@@ -131,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
     parts = [t.strip() for t in args.testbeds.split(",")] if args.testbeds else None
     if parts and names != ["flash"]:
         p.error("--testbeds needs --studies flash")
+    if args.lambdas:
+        if names != ["eam"]:
+            p.error("--lambdas needs --studies eam")
+        parts = [t.strip() for t in args.lambdas.split(",")]
     ctx = Context(quick=args.quick, seeds=seeds, work=work, threads=args.threads, parts=parts)
     for name in names:
         study = importlib.import_module(f"claim_studies.{name}")
@@ -142,11 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== {STUDIES[name]} ==", flush=True)
             wall, cpu = time.time(), time.process_time()
             data = finite(study.run(ctx))
-            command = "scripts/claims.py" + (" --quick" if args.quick else "") + f" --studies {name}"
+            command = ("scripts/claims.py" + (" --quick" if args.quick else "") + f" --studies {name}"
+                       + (f" --lambdas {args.lambdas}" if args.lambdas else ""))
             meta = {"study": name, "command": command, "seeds": seeds, "quick": args.quick,
                     "date": datetime.date.today().isoformat(), "cpu_s": time.process_time() - cpu,
                     "wall_s": time.time() - wall, "machine": f"{platform.machine()}, {args.threads} torch thread(s)"}
-            if parts and (out / f"{name}.json").exists():       # keep the testbeds not rerun
+            if args.testbeds and (out / f"{name}.json").exists():       # keep the testbeds not rerun
                 saved = json.loads((out / f"{name}.json").read_text())
                 data = {**saved["raw"], **data}
                 meta["cpu_s"] += saved["meta"]["cpu_s"]

@@ -41,7 +41,7 @@ class Context:
         seeds: training seeds of every compared variant.
         work: where run directories go (``outputs/claims/<study>/...``).
         threads: torch threads per run.
-        parts: the parts of a study to run (Flash-GRPO's testbeds), None for all.
+        parts: the parts of a study to run (Flash-GRPO's testbeds, EAM's lambdas), None for all.
         say: progress printer.
     """
 

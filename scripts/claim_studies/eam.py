@@ -30,6 +30,7 @@ METHODS = {
     "am": ["experiment=toy_am"],
     "am_small_h": ["experiment=toy_am", "method.sigma_offset=0.001"],
 }
+LAMBDAS = (0.4, 0.8, 3.2)        # the reward scales of the full study
 TOLERANCES = (0.1, 0.05)          # error within which the target counts as reached (the second is the headline)
 RULER_SAMPLES, RULER_STEPS = 4000, 50
 
@@ -119,7 +120,7 @@ def twin_cost(ctx: Context) -> dict:
 
 def run(ctx: Context) -> dict:
     say = ctx.say
-    lams = [0.8] if ctx.quick else [0.4, 0.8, 3.2]
+    lams = [0.8] if ctx.quick else [float(x) for x in ctx.parts] if ctx.parts else list(LAMBDAS)
     iterations = {"eam": 4, "eam_parity": 2, "am": 2, "am_small_h": 2} if ctx.quick else \
         {"eam": 300, "eam_parity": 150, "am": 200, "am_small_h": 200}
     every = {"eam": 2, "eam_parity": 1, "am": 1, "am_small_h": 1} if ctx.quick else \

@@ -5,7 +5,7 @@ import numpy as np
 
 from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
     fmt, fmt_g, sign_of, table)
-from claim_studies.eam import METHODS
+from claim_studies.eam import LAMBDAS, METHODS
 from launcher.compare.stats import ratio_interval, verdict as overlap_verdict
 
 LABELS = {"eam": "EAM (K_t = 4)", "eam_parity": "EAM, AM parity (K_t = 20 on AM's grid)",
@@ -175,7 +175,8 @@ def write_up(data: dict) -> StudyResult:
         "|mean| or |variance| difference. Time to target: training CPU seconds (this process, evaluation excluded) "
         "until the error first falls within the tolerance; each method at its preset's batch and learning rate, "
         f"seeds {data['seeds']}; 95% t intervals over seeds; a ratio's interval takes every ratio of values in the "
-        "two intervals.", "",
+        f"two intervals. Reward scales lambda: {', '.join(map(str, data['lambdas']))} (the full sweep: "
+        f"{', '.join(map(str, LAMBDAS))}).", "",
         "Methods: " + "; ".join(f"`{k}` = {v}" for k, v in LABELS.items()) + ".", "",
         "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies eam`.", "",
         "## Precondition", "", precondition_md(data), "", "## Time to the target", ""])
