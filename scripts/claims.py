@@ -149,7 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             wall, cpu = time.time(), time.process_time()
             data = finite(study.run(ctx))
             command = ("scripts/claims.py" + (" --quick" if args.quick else "") + f" --studies {name}"
-                       + (f" --lambdas {args.lambdas}" if args.lambdas else ""))
+                       + (f" --lambdas {args.lambdas}" if args.lambdas else "")
+                       + (f" --testbeds {args.testbeds}" if args.testbeds else ""))
             meta = {"study": name, "command": command, "seeds": seeds, "quick": args.quick,
                     "date": datetime.date.today().isoformat(), "cpu_s": time.process_time() - cpu,
                     "wall_s": time.time() - wall, "machine": f"{platform.machine()}, {args.threads} torch thread(s)"}

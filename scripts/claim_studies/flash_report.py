@@ -224,6 +224,7 @@ def write_up(data: dict) -> StudyResult:
         part += [f"**Verdict on this testbed: {verdicts[name]}** ({reasons[name]}).", ""]
         parts.append("\n".join(part))
     verdict = overall(verdicts, passed)
+    missing = [name for name in TESTBEDS if name not in data]
     claim = ("one-SDE-step GRPO with iso-temporal grouping and 1/lambda rectification beats Fast1 and full-trajectory "
              "Flow-GRPO at equal compute (arXiv:2605.15980, Figs. 4-5)")
     row_fig = []
@@ -242,7 +243,8 @@ def write_up(data: dict) -> StudyResult:
                "figures": "; ".join(row_fig)}
     intro = "\n".join([
         "# Flash-GRPO: one SDE step, grouped by timestep and rectified", "",
-        f"**Claim** ({claim}). **Verdict: {verdict}.**", "",
+        f"**Claim** ({claim}). **Verdict: {verdict}**"
+        + (f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."), "",
         "Variants (all with 10 sampling steps, Flow-GRPO's flow kernel, clip range 1e-3, advantages over the step's "
         "global std, SDE steps drawn from k* in 0..8, no KL; each at its best learning rate of the sweep, then "
         "trained on fresh seeds to the same compute): " + "; ".join(f"`{v}` = {LABELS[v]}" for v in VARIANTS) + ".",
