@@ -1,0 +1,263 @@
+"""The Flash-GRPO study's write-up: statistics, verdict, markdown and figures, from the data :mod:`.flash` saved."""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+
+from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
+    fmt, fmt_g, paired, sign_of, table)
+from claim_studies.flash import BETWEEN_OVER_NOISE_MIN, FLASH_FAMILY, LAMBDA_SPREAD_MIN, TESTBEDS, VARIANTS
+from launcher.compare.stats import curve_interval
+
+LABELS = {"flash": "Flash-GRPO", "itg": "ITG (no rectification)", "rect": "rectification, k* per sample",
+          "mixed": "Fast1 (k* mixed within a group)", "fast1": "Flow-GRPO-Fast, window 1",
+          "flow_grpo": "Flow-GRPO (full trajectory)"}
+
+
+def grad_norm_cv(rows: list[dict]) -> float:
+    norms = [r["grad_norm"] for r in rows if r.get("grad_norm") is not None]
+    if len(norms) < 2 or statistics.mean(norms) == 0:
+        return float("nan")
+    return statistics.pstdev(norms) / statistics.mean(norms)
+
+
+def statistics_of(res: dict) -> dict:
+    """Per-variant estimates over seeds, and the paired differences Flash-GRPO minus each variant."""
+    runs = res["runs"]
+    finals = {v: [r["evals"][-1][3] for r in runs[v]["records"]] for v in runs}
+    firsts = {v: [r["evals"][0][3] for r in runs[v]["records"]] for v in runs}
+    out = {}
+    for v in runs:
+        gains = [f - s for f, s in zip(finals[v], firsts[v])]
+        out[v] = {"final": estimate(finals[v]), "first": estimate(firsts[v]), "gain": estimate(gains),
+                  "collapsed": sum(g < 0 for g in gains), "runs": len(gains),
+                  "grad_norm_cv": estimate([grad_norm_cv(r["rows"]) for r in runs[v]["records"]]),
+                  "diff": paired(finals["flash"], finals[v]) if v != "flash" else None}
+    return out
+
+
+def testbed_verdict(res: dict, stats: dict) -> tuple[str, str]:
+    """(verdict, reason): the paper's two comparisons at equal compute, Flash-GRPO against Fast1 (``mixed``: SDE
+    steps mixed within a group, as in the paper's multi-rank Fast1) and against full-trajectory Flow-GRPO."""
+    if not res["precondition"]["passed"]:
+        return INCONCLUSIVE, "its precondition failed: the claim cannot show on it"
+    if len(res["runs"]["flash"]["seeds"]) < MIN_SEEDS:
+        return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds"
+    if not any(sign_of(s["gain"]) > 0 for s in stats.values()):
+        return INCONCLUSIVE, "no variant improved on the base model within the budget"
+    signs = {v: sign_of(stats[v]["diff"]) for v in ("mixed", "flow_grpo")}
+    if all(s > 0 for s in signs.values()):
+        return REPRODUCED, "Flash-GRPO ends above both Fast1 and Flow-GRPO at equal compute"
+    against = [LABELS[v] for v, s in signs.items() if s < 0]
+    if against:
+        return NOT_REPRODUCED, f"Flash-GRPO ends below {' and '.join(against)} at equal compute"
+    return INCONCLUSIVE, "a paired 95% interval of the final difference includes 0"
+
+
+def overall(verdicts: dict[str, str], preconditions: dict[str, bool]) -> str:
+    """One word for the claim: the verdict every testbed that met its precondition agrees on, else inconclusive."""
+    tested = {verdicts[t] for t, ok in preconditions.items() if ok}
+    return tested.pop() if len(tested) == 1 else INCONCLUSIVE
+
+
+def median_norms(norms: dict) -> dict[int, float]:
+    return {int(k): statistics.median(v) for k, v in norms.items() if v}
+
+
+def spread(med: dict[int, float]) -> float:
+    return max(med.values()) / min(med.values()) if med and min(med.values()) > 0 else float("nan")
+
+
+def precondition_md(res: dict) -> str:
+    pre = res["precondition"]
+    meas, ana = pre["measured"], pre.get("analytic")
+    header = ["k*", "lambda(t_k)", "E[r \\| k*] measured (± s.e.)"]
+    if ana:
+        header[2:2] = ["E[r \\| k*] closed form", "SDE-step share of Var[r \\| k*]"]
+    rows = []
+    for j, k in enumerate(pre["pool"]):
+        m = meas["per_k"][j]
+        row = [str(k), f"{pre['lambda'][j]:.4g}", f"{m['mean_reward']:.4f} ± {m['se']:.4f}"]
+        if ana:
+            a = ana["per_k"][j]
+            row[2:2] = [f"{a['expected_reward']:.4f}", f"{a['xi_share']:.2f}"]
+        rows.append(row)
+    ratio = (f"{ana['between_over_noise']:.2f} in closed form ({meas['between_over_noise']:.2f} measured)" if ana
+             else f"{meas['between_over_noise']:.2f} (measured)")
+    return "\n".join([
+        table(header, rows), "",
+        f"- Variance across k* of a group's expected mean reward over the sampling variance of one group's mean "
+        f"(G = {_group(res)}): **{ratio}**; the check needs >= "
+        f"{BETWEEN_OVER_NOISE_MIN:g}.",
+        f"- lambda spread over the pool (max / min): **{pre['lambda_spread']:.1f}x**; the check needs >= "
+        f"{LAMBDA_SPREAD_MIN:g}.",
+        f"- Share of the within-group reward variance left when a group shares its initial latent (the SDE step's "
+        f"own): {meas['xi_share']:.2f} measured over {meas['samples']} rollouts"
+        + (f" ({pooled_xi_share(ana):.2f} in closed form)." if ana else "."),
+        f"- **Precondition {'passed' if pre['passed'] else 'failed'}.**"])
+
+
+def pooled_xi_share(analytic: dict) -> float:
+    """The closed form's SDE-step share of the within-group variance, pooled over the pool as the measurement is."""
+    rows = analytic["per_k"]
+    return sum(r["xi_share"] * r["reward_var"] for r in rows) / sum(r["reward_var"] for r in rows)
+
+
+def _group(res: dict) -> str:
+    for tok in res["overrides"]:
+        if tok.startswith("method.group_size="):
+            return tok.split("=", 1)[1]
+    return "?"
+
+
+def sweep_md(res: dict) -> str:
+    if not any(res["sweep"].values()):
+        return "No sweep (the quick form trains one learning rate)."
+    lrs = [f"{lr:g}" for lr in res["lrs"]]
+    rows = []
+    for v in VARIANTS:
+        finals = res["sweep"][v]
+        best = res["runs"][v]["lr"]
+        cells = []
+        for lr in lrs:
+            e = estimate(finals[lr])
+            cell = fmt(e, 4)
+            cells.append(f"**{cell}**" if float(lr) == best else cell)
+        rows.append([LABELS[v], *cells])
+    return (f"Final evaluation reward, mean over the sweep seeds {res['sweep_seeds']} with its 95% t interval; the "
+            f"learning rate each variant is confirmed at in bold.\n\n" + table(["variant", *[f"lr {x}" for x in lrs]],
+                                                                              rows))
+
+
+def comparison_md(res: dict, stats: dict) -> str:
+    rows = []
+    for v in VARIANTS:
+        s = stats[v]
+        rows.append([LABELS[v], f"{res['runs'][v]['lr']:g}", fmt(s["first"], 4), fmt(s["final"], 4),
+                     fmt(s["gain"], 4), "" if s["diff"] is None else fmt(s["diff"], 4),
+                     f"{s['collapsed']}/{s['runs']}", fmt(s["grad_norm_cv"], 2)])
+    return table(["variant", "lr", "eval before", "eval at the budget", "gain", "Flash-GRPO minus this (paired)",
+                  "collapsed (ended below the base model)", "grad-norm CV over training"], rows)
+
+
+def grad_norm_md(res: dict) -> str:
+    pre = res["precondition"]
+    cols = {"Flash-GRPO, before training": median_norms(pre["grad_norms_init"]["flash"]),
+            "unrectified, before training": median_norms(pre["grad_norms_init"]["itg"])}
+    for v in FLASH_FAMILY:
+        rec = res["runs"].get(v, {}).get("records", [])
+        if rec and "grad_norms_end" in rec[0]:
+            cols[f"{LABELS[v]}, end of seed {res['runs'][v]['seeds'][0]}"] = median_norms(rec[0]["grad_norms_end"])
+    rows = []
+    for j, k in enumerate(pre["pool"]):
+        rows.append([str(k), f"{pre['lambda'][j]:.4g}",
+                     *[f"{c[k]:.3g}" if k in c else "" for c in cols.values()]])
+    rows.append(["max / min", f"{pre['lambda_spread']:.1f}", *[f"{spread(c):.1f}" for c in cols.values()]])
+    return ("Median over samples of `|gradient of the sample's weighted loss| / |advantage|` by SDE step, before any "
+            "optimizer step of the probe's rollout (ratio 1): unrectified it should follow lambda, rectified it "
+            "should not.\n\n" + table(["k*", "lambda", *cols], rows))
+
+
+def figures(data: dict) -> dict:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figs = {}
+    tested = [t for t in data.values() if t["runs"]]
+    if tested:
+        fig, axes = plt.subplots(1, len(tested), figsize=(6.4 * len(tested), 4.4), squeeze=False)
+        for ax, res in zip(axes[0], tested):
+            for i, v in enumerate(VARIANTS):
+                recs = res["runs"][v]["records"]
+                n = min(len(r["evals"]) for r in recs)
+                xs = np.array([e[0] for e in recs[0]["evals"][:n]]) / res["budget_units"]
+                ys = np.array([[e[3] for e in r["evals"][:n]] for r in recs])
+                lo, hi = curve_interval(ys) if len(recs) > 1 else (ys[0], ys[0])
+                ax.plot(xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=f"{LABELS[v]} (lr {res['runs'][v]['lr']:g})")
+                ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
+            ax.set(xlabel="compute / budget (forwards + 2 x backwards)", ylabel="evaluation reward (ODE, fixed noise)",
+                   title=f"{res['title']}\nmean over {len(res['runs']['flash']['seeds'])} seeds, band: 95% interval")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        figs["flash_curves"] = fig
+    fig, axes = plt.subplots(1, len(data), figsize=(6.0 * len(data), 4.2), squeeze=False)
+    for ax, res in zip(axes[0], data.values()):
+        pre = res["precondition"]
+        lam = dict(zip(pre["pool"], pre["lambda"]))
+        for label, norms, style in (("Flash-GRPO (rectified)", pre["grad_norms_init"]["flash"], "o-"),
+                                    ("unrectified (ITG)", pre["grad_norms_init"]["itg"], "s--")):
+            med = median_norms(norms)
+            ks = sorted(med)
+            ax.loglog([lam[k] for k in ks], [med[k] for k in ks], style, label=label)
+        ax.set(xlabel="lambda(t_k*)", ylabel="median |grad| / |advantage|", title=f"{res['title']}\nbefore training")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    figs["flash_grad_norms"] = fig
+    return figs
+
+
+def write_up(data: dict) -> StudyResult:
+    data = {name: data[name] for name in TESTBEDS if name in data}        # the testbeds in their usual order
+    verdicts, reasons, passed, parts, json_stats = {}, {}, {}, [], {}
+    for name, res in data.items():
+        passed[name] = res["precondition"]["passed"]
+        stats = statistics_of(res) if res["runs"] else {}
+        if res["runs"]:
+            verdicts[name], reasons[name] = testbed_verdict(res, stats)
+        else:
+            verdicts[name], reasons[name] = INCONCLUSIVE, "its precondition failed, so the variants were not trained"
+        json_stats[name] = {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()}
+                            for v, s in stats.items()}
+        budget = (f"Budget: the compute of {res['budget_flash_steps']} Flash-GRPO steps of {res['samples_per_step']} "
+                  f"samples ({res['budget_units']:.0f} forward-pass units, a backward counted as 2 forwards).")
+        part = [f"## {res['title']} (`{name}`)", "", "```", " ".join(res["overrides"]), "```", "", budget, "",
+                "### Precondition", "", precondition_md(res), ""]
+        if res["runs"]:
+            part += ["### Learning-rate sweep", "", sweep_md(res), "",
+                     f"### Equal-compute comparison (seeds {res['runs']['flash']['seeds']})", "",
+                     comparison_md(res, stats), "", "### Per-k* gradient norms", "", grad_norm_md(res), ""]
+        part += [f"**Verdict on this testbed: {verdicts[name]}** ({reasons[name]}).", ""]
+        parts.append("\n".join(part))
+    verdict = overall(verdicts, passed)
+    missing = [name for name in TESTBEDS if name not in data]
+    claim = ("one-SDE-step GRPO with iso-temporal grouping and 1/lambda rectification beats Fast1 and full-trajectory "
+             "Flow-GRPO at equal compute (arXiv:2605.15980, Figs. 4-5)")
+    row_fig = []
+    for name, res in data.items():
+        if res["runs"]:
+            s = statistics_of(res)
+            row_fig.append(f"{name}: Flash − Fast1 {fmt(s['mixed']['diff'], 3)}, Flash − Flow-GRPO "
+                           f"{fmt(s['flow_grpo']['diff'], 3)} ({verdicts[name]})")
+        else:
+            row_fig.append(f"{name}: not trained ({verdicts[name]})")
+    summary = {"claim": claim, "testbeds": "; ".join(f"{n}: {r['title']}" for n, r in data.items()),
+               "precondition": "; ".join(
+                   f"{n}: k* effect {r['precondition']['between_over_noise']:.1f}x noise, lambda spread "
+                   f"{r['precondition']['lambda_spread']:.0f}x ({'passed' if r['precondition']['passed'] else 'failed'})"
+                   for n, r in data.items()),
+               "figures": "; ".join(row_fig)}
+    intro = "\n".join([
+        "# Flash-GRPO: one SDE step, grouped by timestep and rectified", "",
+        f"**Claim** ({claim}). **Verdict: {verdict}**"
+        + (f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."), "",
+        "Variants (all with 10 sampling steps, Flow-GRPO's flow kernel, clip range 1e-3, advantages over the step's "
+        "global std, SDE steps drawn from k* in 0..8, no KL; each at its best learning rate of the sweep, then "
+        "trained on fresh seeds to the same compute): " + "; ".join(f"`{v}` = {LABELS[v]}" for v in VARIANTS) + ".",
+        "`mixed` is the paper's Fast1: Flow-GRPO-Fast draws its window per pipeline call, i.e. per rank, so the "
+        "samples of a prompt spread over ranks have different SDE steps; on one process `fast1` draws one window "
+        "for the whole batch, so its groups share k* (iso-temporal by accident) and it is shown for reference.",
+        "Evaluation: the mean reward of deterministic Euler ODE samples (the family's inference grid) from fixed "
+        "initial latents, the same for every variant and step; a run *collapsed* when it ended below the base "
+        "model's evaluation. Intervals: 95% Student t over seeds; differences are paired by seed.",
+        f"Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies flash`. Precondition: "
+        f"{summary['precondition']}.", ""])
+    return StudyResult(name="flash", title="Flash-GRPO", verdict=verdict, summary=summary,
+                       markdown=intro + "\n" + "\n".join(parts),
+                       data={"verdict": verdict, "testbed_verdicts": verdicts, "reasons": reasons,
+                             "statistics": json_stats, "raw": data},
+                       figures=figures(data))
