@@ -3,7 +3,8 @@
 Layout under ``<run_dir>/checkpoints/``::
 
     step_00000050/            a complete checkpoint (visible only once whole)
-        .metadata, __*_0.distcp   DCP shards: trainable weights (full model or LoRA adapter) + optimizer
+        .metadata, __*_0.distcp   DCP shards: trainable weights (full model or LoRA adapter) + optimizer, and
+                              the trainer's other states (EMA of the weights, LR schedule) when it has them
         rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python)
         meta.json             step, data position, W&B run id, cumulative wall-clock, world size
         COMPLETE              written last, before the rename
@@ -85,8 +86,11 @@ class CheckpointManager:
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             meta: dict[str, Any]) -> Path:
-        """Collective: every rank must call it with the same ``step``."""
+             meta: dict[str, Any], states: dict[str, Any] | None = None) -> Path:
+        """Collective: every rank must call it with the same ``step``. ``states``: more stateful objects by name
+        (``state_dict`` / ``load_state_dict``, e.g. an EMA whose tensors are sharded like the weights, a torch LR
+        scheduler), saved in the same DCP checkpoint; ``meta.json`` lists their names."""
+        states = dict(states or {})
         t0 = time.perf_counter()
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
@@ -95,11 +99,12 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
+        dcp.save({"model": model_sd, "optim": optim_sd, **states}, checkpoint_id=str(tmp))
         torch.save(rng_state(), tmp / f"rank_{self.world.rank:05d}.pt")
         barrier()
         if self.world.is_main:
-            _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size}))
+            _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size,
+                                                        "states": sorted(states)}))
             _fsync_write(tmp / MARKER, f"{step}\n")
             if final.exists():                            # a re-save of the same step (replayed after resume)
                 shutil.rmtree(final)
@@ -114,15 +119,18 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ------------------------------------------------------------------------------------------------
-    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Restore weights, optimizer and this rank's RNG state in place; return the checkpoint's meta."""
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             states: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Restore weights, optimizer, the ``states`` the checkpoint holds (its meta's ``states``; a checkpoint
+        without one leaves that object as it is) and this rank's RNG state in place; return the checkpoint's meta."""
         meta = json.loads((path / "meta.json").read_text())
         if meta["world_size"] != self.world.world_size:
             raise RuntimeError(f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
                                f"{self.world.world_size}; resume with the same cluster.tasks_per_node x nodes")
         opts = StateDictOptions(ignore_frozen_params=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
-        state = {"model": model_sd, "optim": optim_sd}
+        saved = set(meta.get("states", []))
+        state = {"model": model_sd, "optim": optim_sd, **{k: v for k, v in (states or {}).items() if k in saved}}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=StateDictOptions(ignore_frozen_params=True, strict=False))
