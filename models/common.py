@@ -197,6 +197,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
     parallelize_key: str = ""
     #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
     guidance_scale: float = 1.0
+    guidance_attr = "guidance_scale"
 
     transformer: nn.Module
     pipe: object

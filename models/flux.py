@@ -57,6 +57,7 @@ class FluxBackbone(DiffusersBackbone):
     hub_id = "black-forest-labs/FLUX.1-dev"
     block_attrs = ("transformer_blocks", "single_transformer_blocks")
     parallelize_key = "flux"
+    guidance_attr = "guidance"        # distilled guidance, embedded (FLUX.1-dev has no CFG)
 
     def __init__(self, path: str, height: int = 512, width: int = 512, guidance: float = 3.5,
                  max_sequence_length: int = 512, finetune: str = "lora", lora_rank: int = 32,
