@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING
@@ -33,6 +33,8 @@ class TrainerConfig:
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
+    ema_decay: float = 0.0            # EMA of the trainable weights after every optimizer step; 0 = off (DanceGRPO 0.995)
+    export_ema: bool = False          # export the EMA weights instead of the trained ones (needs ema_decay > 0)
 
 
 @dataclass
@@ -43,6 +45,23 @@ class OptimizerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 1e-4
     eps: float = 1e-8
+    scheduler: str = "constant"       # learning rate per trainer step: constant | warmup_constant | warmup_cosine
+    warmup_steps: int = 0             # warmup_*: lr ramps linearly over the first N trainer steps (N >= 1)
+
+
+@dataclass
+class EvalConfig:
+    """Held-out evaluation (docs/evaluation.md): the family's deterministic ODE sampler from fixed initial noise."""
+
+    every: int = 0                    # evaluate at step 0, every N steps and at the end; 0 = off
+    prompts: Any = None               # held-out prompts: a .txt / .jsonl file (key data.field) or an inline list
+    split: int = 0                    # or hold out N prompts of `data` (fixed split; applies even when every=0)
+    samples_per_prompt: int = 2       # fixed initial latents per prompt
+    sampling_steps: Optional[int] = None   # set per model by conf/inference/<model>.yaml
+    guidance: Optional[float] = None  # null: the model's own (model.guidance / model.guidance_scale)
+    rewards: dict[str, Any] = field(default_factory=dict)   # scored besides the trained reward: +reward@eval.rewards.clip=clip
+    use_ema: bool = False             # evaluate the EMA weights (needs trainer.ema_decay > 0)
+    batch_size: int = 8               # samples per sampler batch on each rank
 
 
 @dataclass
@@ -55,6 +74,7 @@ class TrainConfig:
     logger: Any = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     task_name: str = "train"
     output_root: str = "outputs"
 

@@ -1,10 +1,12 @@
 """The one trainer loop every method plugs into: rollout -> reward -> advantages -> updates (methods/base.py).
 
-It owns what is common to all methods: seeding, the optimizer and gradient clipping, the NaN/Inf guard, phase
-timers and transformer-pass counters, metrics, image grids and the reward curve.
+It owns what is common to all methods: seeding, the optimizer, its learning-rate schedule and gradient clipping,
+the EMA of the weights, the NaN/Inf guard, phase timers and transformer-pass counters, metrics, image grids, the
+held-out evaluation (launcher/evaluation.py) and the reward curve.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -19,7 +21,10 @@ from omegaconf import DictConfig, OmegaConf
 from launcher.checkpoint import CheckpointManager
 from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
                                   init_distributed, main_rank_first, submitit_job_env)
+from launcher.ema import ParameterEMA
 from launcher.errors import ConfigError
+from launcher.evaluation import Evaluator
+from launcher.lr_schedule import build_lr_schedule, build_optimizer
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
 from launcher.run_logger import RunLogger
@@ -102,11 +107,13 @@ class Trainer:
             self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
         self.method = method_cls(cfg.method, self.backbone)
         self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
-        self.data = instantiate(cfg.data, seed=t.seed)
+        self.data = instantiate(cfg.data, seed=t.seed, held_out=int(cfg.eval.split))
         self.params = list(self.backbone.trainable_parameters())
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
-        self.optimizer = instantiate(cfg.optimizer)(self.params)
+        self.optimizer = build_optimizer(cfg.optimizer, self.params)
+        self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
+        self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
         self.counter = NFECounter(self.backbone.transformer_modules())
         self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
@@ -116,6 +123,8 @@ class Trainer:
         wandb_id = self._resume() if t.resume else None
         self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
                                 resume=self.start_step > 0, enabled=self.world.is_main)
+        self.evaluator = (Evaluator(cfg, self.backbone, self.reward, self.world, self.logger, info.run_dir,
+                                    self.ema if cfg.eval.use_ema else None) if cfg.eval.every else None)
         n_params = sum(p.numel() for p in self.params)
         log.info("method=%s model=%s reward=%s | %d trainable parameters | %d samples/step on %d rank(s) | "
                  "run dir %s", cfg.method.name, cfg.model.name, cfg.reward.name, n_params,
@@ -130,7 +139,10 @@ class Trainer:
         latest = broadcast_object(str(self.checkpoints.latest() or ""))
         wandb_id = self._wandb_id_file().read_text().strip() if self._wandb_id_file().exists() else None
         if latest:
-            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer)
+            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer, self._states())
+            if self.ema is not None and "ema" not in meta.get("states", []):
+                log.warning("checkpoint %s holds no EMA of the weights: the EMA restarts from them", latest)
+                self.ema = ParameterEMA(self.backbone.transformer, self.params, float(self.cfg.trainer.ema_decay))
             self.start_step = int(meta["step"]) + 1
             self.wallclock = float(meta.get("wallclock_s", 0.0))
             wandb_id = meta.get("wandb_run_id") or wandb_id
@@ -141,7 +153,11 @@ class Trainer:
         backend = self.logger.backend
         meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
                 "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
-        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta)
+        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta, self._states())
+
+    def _states(self) -> dict:
+        """What a checkpoint holds besides the weights and the optimizer: the LR schedule, the EMA."""
+        return {"lr_schedule": self.lr_schedule, **({"ema": self.ema} if self.ema is not None else {})}
 
     def _build_backend(self, run_id: str | None):
         lcfg = self.cfg.logger
@@ -211,6 +227,7 @@ class Trainer:
             "count/transformer_fwd": int(counts[0]),      # summed over ranks: the step's total transformer work
             "count/transformer_bwd": int(counts[1]),
         })
+        self.lr_schedule.step()                          # the next step's learning rate (``lr`` is this step's)
         self.logger.log(metrics)
         every = cfg.trainer.sample_every
         if every and world.is_main and (step % every == 0 or step == cfg.trainer.steps - 1):
@@ -245,6 +262,8 @@ class Trainer:
                 continue
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                self.ema.update()
             grad_norms.append(norm)
             n_samples += update_size
             for k, v in stats.items():
@@ -293,6 +312,7 @@ class Trainer:
         exit_code = 1
         try:
             for step in bar:
+                self._evaluate(step)
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
                 last = step == steps - 1
@@ -303,11 +323,18 @@ class Trainer:
                     return float("nan")
                 if t.ckpt_every and (step + 1) % t.ckpt_every == 0 and not last:
                     self.save_checkpoint(step)
+            self._evaluate(steps)
             exit_code = 0
         finally:
             if exit_code == 0 or not self.preemption.requested:
                 self._finish(exit_code)
-        return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
+        rewards = [r["reward/mean"] for r in self.logger.history if "reward/mean" in r]
+        return float(rewards[-1]) if rewards else float("nan")
+
+    def _evaluate(self, step: int) -> None:
+        """The held-out evaluation of the model after ``step`` training steps, when due (launcher/evaluation.py)."""
+        if self.evaluator is not None:
+            self.evaluator.maybe_run(step, self.wallclock)
 
     def _export(self) -> None:
         """The fine-tuned weights in the family's own format (a peft adapter or a diffusers transformer folder), next
@@ -319,9 +346,12 @@ class Trainer:
                 log.info("model=%s has no export format (trainer.export skipped); its DCP checkpoint holds the "
                          "weights", self.cfg.model.name)
             return
-        out = self.backbone.save_pretrained(self.info.run_dir / "export")
+        ema = self.cfg.trainer.export_ema
+        with self.ema.applied() if ema else contextlib.nullcontext():
+            out = self.backbone.save_pretrained(self.info.run_dir / "export")
         if self.world.is_main:
-            log.info("exported the fine-tuned weights to %s (see rewardflow_export.json for how to load them)", out)
+            log.info("exported the fine-tuned %sweights to %s (see rewardflow_export.json for how to load them)",
+                     "EMA " if ema else "", out)
 
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
@@ -332,7 +362,8 @@ class Trainer:
             return
         if self.logger.history:
             plot_reward_curve(self.logger.history, self.info.run_dir / "reward_curve.png",
-                              title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}")
+                              title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}",
+                              eval_key=f"eval/{self.cfg.reward.name}/mean")
         backend = self.logger.backend
         self.logger.finish(exit_code)
         where = f"; W&B ({backend.mode}): {backend.location}" if backend is not None else ""

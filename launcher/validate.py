@@ -8,7 +8,8 @@ from __future__ import annotations
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.data import load_prompts
+from launcher import ema, evaluation, lr_schedule
+from launcher.data import load_prompts, split_prompts
 from launcher.errors import ConfigError
 
 
@@ -22,7 +23,8 @@ def _component(cfg: DictConfig, group: str):
 
 
 def validate(cfg: DictConfig) -> list[str]:
-    """Raise :class:`ConfigError` if the config cannot run; return the prompts it will use (already loaded)."""
+    """Raise :class:`ConfigError` if the config cannot run; return the prompts it will train on (already loaded,
+    without the ``eval.split`` held out for evaluation)."""
     t = cfg.trainer
     if t.steps < 1:
         raise ConfigError(f"trainer.steps must be >= 1 (got {t.steps})")
@@ -34,6 +36,8 @@ def validate(cfg: DictConfig) -> list[str]:
         raise ConfigError(f"trainer.sample_every must be >= 0 (got {t.sample_every}); 0 disables image grids")
     if cfg.optimizer.lr <= 0:
         raise ConfigError(f"optimizer.lr must be > 0 (got {cfg.optimizer.lr})")
+    lr_schedule.check_config(cfg)
+    ema.check_config(cfg)
 
     method_cls = _component(cfg, "method")
     method_cls.check_config(cfg)
@@ -53,4 +57,5 @@ def validate(cfg: DictConfig) -> list[str]:
         reward_cls.check_config(cfg.reward, prompts)    # the prompts, and e.g. weights present when offline
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    return prompts
+    evaluation.check_config(cfg)
+    return split_prompts(prompts, int(cfg.eval.split))[0]
