@@ -33,7 +33,7 @@ class TrainerConfig:
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
-    ema_decay: float = 0.0            # EMA of the trainable weights after every optimizer step; 0 = off (DanceGRPO 0.995)
+    ema_decay: float = 0.0            # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
     export_ema: bool = False          # export the EMA weights instead of the trained ones (needs ema_decay > 0)
 
 
@@ -59,7 +59,7 @@ class EvalConfig:
     samples_per_prompt: int = 2       # fixed initial latents per prompt
     sampling_steps: Optional[int] = None   # set per model by conf/inference/<model>.yaml
     guidance: Optional[float] = None  # null: the model's own (model.guidance / model.guidance_scale)
-    rewards: dict[str, Any] = field(default_factory=dict)   # scored besides the trained reward: +reward@eval.rewards.clip=clip
+    rewards: dict[str, Any] = field(default_factory=dict)   # also scored: +reward@eval.rewards.clip=clip
     use_ema: bool = False             # evaluate the EMA weights (needs trainer.ema_decay > 0)
     batch_size: int = 8               # samples per sampler batch on each rank
 

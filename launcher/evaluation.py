@@ -82,7 +82,8 @@ def check_config(cfg: DictConfig) -> None:
     if e.sampling_steps < 1:
         raise ConfigError(f"eval.sampling_steps must be >= 1 (got {e.sampling_steps})")
     if e.guidance is not None and getattr(get_class(cfg.model._target_), "guidance_attr", None) is None:
-        raise ConfigError(f"eval.guidance={e.guidance}: model={cfg.model.name} has no guidance. Fix: eval.guidance=null")
+        raise ConfigError(f"eval.guidance={e.guidance}: model={cfg.model.name} has no guidance. "
+                          f"Fix: eval.guidance=null")
     prompts = held_out_prompts(cfg)
     if not prompts:
         raise ConfigError("eval.every > 0 needs held-out prompts. Fix: eval.prompts=/path/prompts.txt (or a list), "
