@@ -173,3 +173,20 @@ def test_the_split_holds_prompts_out_of_training_whether_or_not_evaluation_is_on
 def test_bad_evaluation_ema_and_schedule_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate(compose(overrides))
+
+
+def test_a_multi_reward_evaluates_its_raw_weighted_sum_without_touching_training_state():
+    from rewards.color import ColorReward
+    from rewards.jpeg import JpegCompressibility
+    from rewards.multi import MultiReward
+
+    reward = MultiReward({"color": ColorReward(), "jpeg": JpegCompressibility()}, {"color": 1.0, "jpeg": 0.5},
+                         normalize="running")
+    images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    prompts = ["a red car", "a blue sky", "a white cat"]
+    state = {k: v.clone() for k, v in reward.state_dict().items()}
+    scores = reward.evaluate(images, prompts)
+    expected = 1.0 * ColorReward().score(images, prompts) + 0.5 * JpegCompressibility().score(images, prompts)
+    torch.testing.assert_close(scores, expected)
+    assert all(torch.equal(v, state[k]) for k, v in reward.state_dict().items())   # running statistics untouched
+    assert reward.step_metrics() == {}                                               # nothing logged for training
