@@ -6,49 +6,13 @@ training (:func:`split_prompts`) for the held-out evaluation.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 import torch
 
-from launcher.errors import ConfigError
-
-SUPPORTED = (".txt", ".jsonl")
-
-
-def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt", key: str = "data.path"
-                 ) -> list[str]:
-    """Read and check the prompt list. Errors name the config key (``key``, e.g. ``data.path``, and ``data.field``)
-    and the fix."""
-    if path is None:
-        if not prompts:
-            raise ConfigError("data: no prompts. Fix: data=demo, or data=file data.path=/path/prompts.txt")
-        return [str(p) for p in prompts]
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"{key}={path!r}: no such file. Fix: point {key} at a .txt (one prompt per line) "
-                          f"or .jsonl file (one JSON object per line with key data.field={field!r})")
-    if p.suffix not in SUPPORTED:
-        raise ConfigError(f"{key}={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
-    out: list[str] = []
-    with p.open() as fh:
-        for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if p.suffix == ".txt":
-                out.append(line)
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"{key}={path!r} line {n}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or field not in row:
-                raise ConfigError(f"{key}={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
-            out.append(str(row[field]))
-    if not out:
-        raise ConfigError(f"{key}={path!r} holds no prompts")
-    return out
+from launcher.data_config import DataConfig
+from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.prompts import load_prompts
 
 
 #: seed of the held-out split: fixed, so every method and seed trains and evaluates on the same prompts
@@ -73,11 +37,16 @@ class PromptSource:
     """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step; ``held_out`` prompts
     (``eval.split``) are left out of training (:func:`split_prompts`)."""
 
-    def __init__(self, name: str = "", prompts: list[str] | None = None, path: str | None = None,
-                 field: str = "prompt", shuffle: bool = True, seed: int = 0, held_out: int = 0):
-        self.prompts = split_prompts(load_prompts(prompts, path, field), held_out)[0]
-        self.shuffle = shuffle
+    def __init__(self, cfg: DataConfig, seed: int = 0, held_out: int = 0):
+        self.prompts = split_prompts(load_prompts(cfg.prompts, cfg.path, cfg.field), held_out)[0]
+        self.shuffle = cfg.shuffle
         self.seed = seed
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook of every component (see :mod:`launcher.validate`): the prompts can be read."""
+        with errors.collect():
+            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -13,29 +13,27 @@ checkpoint next to the weights (sharded like them) and restored bitwise on resum
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
-from omegaconf import DictConfig
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
-from launcher.errors import ConfigError
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` for EMA settings that cannot run (before anything is built)."""
-    t = cfg.trainer
-    if not 0.0 <= t.ema_decay < 1.0:
-        raise ConfigError(f"trainer.ema_decay must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, "
-                          f"DanceGRPO uses 0.995")
-    if t.export_ema and not t.ema_decay:
-        raise ConfigError("trainer.export_ema=true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for "
-                          "example), or trainer.export_ema=false")
+from rewardflow.errors import ConfigErrors
 
 
 class ParameterEMA:
     """EMA of ``params`` (the trainable parameters of ``model``), starting at their current values."""
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The EMA's config check (run by :mod:`launcher.validate` before anything is built)."""
+        t = cfg.trainer
+        errors.require(0.0 <= t.ema_decay < 1.0, "trainer.ema_decay",
+                       f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995")
+        errors.require(not t.export_ema or t.ema_decay > 0, "trainer.export_ema",
+                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
+                       "trainer.export_ema=false")
 
     def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float):
         if not 0.0 < decay < 1.0:

@@ -29,83 +29,37 @@ import hashlib
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import torch
-from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, ListConfig
 
-from launcher.data import load_prompts, split_prompts
-from launcher.distributed import World, all_gather_objects, broadcast_object
-from launcher.errors import ConfigError
+from launcher.components import build, component_class
+from launcher.data import split_prompts
 from launcher.plots import save_image_grid
 from methods.family_sampler import family_ode_sample, family_sigmas
+from rewardflow.distributed import World, all_gather_objects, broadcast_object
+from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.prompts import load_prompts
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------- configuration
-def held_out_prompts(cfg: DictConfig) -> list[str]:
+def held_out_prompts(cfg: Any) -> list[str]:
     """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, or an inline list),
     else the ``eval.split`` prompts held out of ``data``; empty when neither is set."""
     e = cfg.eval
     if e.prompts is not None:
         if isinstance(e.prompts, (list, ListConfig)):
             return load_prompts(list(e.prompts), None)
-        return load_prompts(None, str(e.prompts), cfg.data.get("field", "prompt"), key="eval.prompts")
+        return load_prompts(None, str(e.prompts), cfg.data.field, key="eval.prompts")
     if e.split > 0:
         data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
         return split_prompts(data, int(e.split))[1]
     return []
-
-
-def check_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` for ``eval.*`` values that cannot run (before anything is built)."""
-    e = cfg.eval
-    for key in ("every", "split"):
-        if e[key] < 0:
-            raise ConfigError(f"eval.{key} must be >= 0 (got {e[key]})")
-    if e.prompts is not None and e.split:
-        raise ConfigError(f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
-                          f"(eval.split=0, or eval.prompts=null)")
-    if e.use_ema and not cfg.trainer.ema_decay:
-        raise ConfigError("eval.use_ema=true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), "
-                          "or eval.use_ema=false")
-    if not e.every:
-        return
-    for key in ("samples_per_prompt", "batch_size"):
-        if e[key] < 1:
-            raise ConfigError(f"eval.{key} must be >= 1 (got {e[key]})")
-    if e.sampling_steps is None:
-        raise ConfigError(f"eval.sampling_steps is not set and model={cfg.model.name} has no inference defaults "
-                          f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0")
-    if e.sampling_steps < 1:
-        raise ConfigError(f"eval.sampling_steps must be >= 1 (got {e.sampling_steps})")
-    if e.guidance is not None and getattr(get_class(cfg.model._target_), "guidance_attr", None) is None:
-        raise ConfigError(f"eval.guidance={e.guidance}: model={cfg.model.name} has no guidance. "
-                          f"Fix: eval.guidance=null")
-    prompts = held_out_prompts(cfg)
-    if not prompts:
-        raise ConfigError("eval.every > 0 needs held-out prompts. Fix: eval.prompts=/path/prompts.txt (or a list), "
-                          "or eval.split=N to hold N prompts of data out of training; or eval.every=0")
-    try:
-        get_class(cfg.reward._target_).check_config(cfg.reward, prompts)
-    except ValueError as err:
-        raise ConfigError(f"the held-out prompts (eval.prompts / eval.split) do not suit reward={cfg.reward.name}: "
-                          f"{err}") from None
-    for name, reward_cfg in (e.rewards or {}).items():
-        if name == cfg.reward.name or "/" in name:
-            raise ConfigError(f"eval.rewards.{name}: the name is the trained reward's or not a metric name "
-                              f"(eval/<name>/mean); rename it")
-        try:
-            reward_cls = get_class(reward_cfg.get("_target_"))
-        except Exception as err:  # hydra wraps import errors
-            raise ConfigError(f"eval.rewards.{name}._target_ cannot be imported ({err}). Fix: compose it from a "
-                              f"reward option, e.g. +reward@eval.rewards.{name}=clip") from None
-        try:
-            reward_cls.check_config(reward_cfg, prompts, f"eval.rewards.{name}")
-        except ValueError as err:
-            raise ConfigError(f"eval.rewards.{name}: {err}") from None
 
 
 def noise_seed(prompt: str, index: int) -> int:
@@ -127,6 +81,63 @@ class Evaluator:
         ema: a :class:`launcher.ema.ParameterEMA` whose weights are evaluated instead (``eval.use_ema``), or None.
     """
 
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The evaluation's config check (run by :mod:`launcher.validate` before anything is built, after the
+        components' own): ``cfg`` is the run's typed config. The rewards are checked on the held-out prompts only
+        when nothing else failed (their own checks have then passed on the training prompts)."""
+        e, clean = cfg.eval, not errors.messages
+        for key in ("every", "split"):
+            errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
+        errors.require(e.prompts is None or not e.split, "eval.split",
+                       f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
+                       f"(eval.split=0, or eval.prompts=null)")
+        errors.require(not e.use_ema or cfg.trainer.ema_decay > 0, "eval.use_ema",
+                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
+                       "eval.use_ema=false")
+        prompts = None
+        with errors.collect():
+            prompts = held_out_prompts(cfg)                 # also checks eval.split against the data prompts
+        if not e.every or prompts is None:
+            return
+        for key in ("samples_per_prompt", "batch_size"):
+            errors.require(getattr(e, key) >= 1, f"eval.{key}", f"must be >= 1 (got {getattr(e, key)})")
+        if errors.require(e.sampling_steps is not None, "eval.sampling_steps",
+                          f"is not set and model={cfg.model.name} has no inference defaults "
+                          f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0"):
+            errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
+        with errors.collect():
+            model_cls = component_class(cfg.model, "model")
+            errors.require(e.guidance is None or getattr(model_cls, "guidance_attr", None) is not None,
+                           "eval.guidance", f"{e.guidance}: model={cfg.model.name} has no guidance. "
+                           f"Fix: eval.guidance=null")
+        if not errors.require(bool(prompts), "eval.every",
+                              f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
+                              f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
+                              f"training; or eval.every=0") or not clean:
+            return
+        # every reward scored must suit the held-out prompts: check each as if it trained on them
+        held_out = replace(cfg, data=replace(cfg.data, prompts=list(prompts), path=None))
+        rewards = {f"reward={cfg.reward.name}": cfg.reward, **{f"eval.rewards.{n}": r for n, r in e.rewards.items()}}
+        for where, reward_cfg in rewards.items():
+            if where.startswith("eval.rewards."):
+                name = where.removeprefix("eval.rewards.")
+                if not errors.require(name != cfg.reward.name and "/" not in name, where,
+                                      "the name is the trained reward's or not a metric name (eval/<name>/mean); "
+                                      "rename it"):
+                    continue
+            try:
+                reward_cls = component_class(reward_cfg, where)
+            except (ConfigError, AttributeError):
+                errors.require(False, where, f"its _target_ cannot be imported. Fix: compose it from a reward "
+                                             f"option, e.g. +reward@{where}=clip")
+                continue
+            found = ConfigErrors()
+            reward_cls.check(replace(held_out, reward=reward_cfg), found)
+            for message in found.messages:
+                errors.require(False, "eval.prompts", f"the held-out prompts do not suit {where}: "
+                                                      f"{message.removeprefix('reward: ')}")
+
     def __init__(self, cfg: DictConfig, backbone, reward, world: World, logger, run_dir: Path, ema=None):
         e = cfg.eval
         self.backbone, self.world, self.logger, self.run_dir, self.ema = backbone, world, logger, Path(run_dir), ema
@@ -141,7 +152,7 @@ class Evaluator:
         device = backbone.device
         self.rewards = {str(cfg.reward.name): reward}
         for name, reward_cfg in (e.rewards or {}).items():
-            self.rewards[name] = instantiate(reward_cfg).to(device).eval().requires_grad_(False)
+            self.rewards[name] = build(reward_cfg, f"eval.rewards.{name}").to(device).eval().requires_grad_(False)
         self.last_done = int(broadcast_object(logger.last_eval_step))   # a resumed run evaluates each point once
 
     def due(self, step: int) -> bool:

@@ -12,32 +12,33 @@ resumed run continues the same curve:
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
-from launcher.errors import ConfigError
+from launcher.trainer_config import LRSchedule
+from rewardflow.errors import ConfigErrors
 
-SCHEDULES = ("constant", "warmup_constant", "warmup_cosine")
 #: keys of ``optimizer`` that configure the schedule, not the optimizer's constructor
 SCHEDULE_KEYS = ("scheduler", "warmup_steps")
 
 
-def check_config(cfg: DictConfig) -> None:
-    """Raise :class:`ConfigError` for a schedule that cannot run (called before anything is built)."""
+def check(cfg: Any, errors: ConfigErrors) -> None:
+    """The schedule's config check (run by :mod:`launcher.validate` before anything is built); ``cfg`` is the run's
+    typed config."""
     o, steps = cfg.optimizer, int(cfg.trainer.steps)
-    name, warmup = o.get("scheduler", "constant"), int(o.get("warmup_steps", 0))
-    if name not in SCHEDULES:
-        raise ConfigError(f"optimizer.scheduler must be one of {SCHEDULES} (got {name!r})")
-    if name == "constant" and warmup:
-        raise ConfigError(f"optimizer.warmup_steps={warmup} has no effect with optimizer.scheduler=constant. Fix: "
-                          f"optimizer.scheduler=warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0")
-    if name != "constant" and warmup < 1:
-        raise ConfigError(f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})")
-    if name == "warmup_cosine" and warmup >= steps:
-        raise ConfigError(f"optimizer.warmup_steps={warmup} leaves no step for the cosine of trainer.steps={steps}. "
-                          f"Fix: optimizer.warmup_steps < trainer.steps")
+    name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
+    errors.require(name != LRSchedule.constant or not warmup, "optimizer.warmup_steps",
+                   f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
+                   f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0")
+    errors.require(name == LRSchedule.constant or warmup >= 1, "optimizer.warmup_steps",
+                   f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})")
+    errors.require(name != LRSchedule.warmup_cosine or warmup < steps, "optimizer.warmup_steps",
+                   f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < "
+                   f"trainer.steps")
 
 
 def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
@@ -48,11 +49,11 @@ def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: DictConfig, steps: int) -> LRScheduler:
     """The torch scheduler of ``optimizer.scheduler`` for a run of ``steps`` trainer steps."""
-    name, warmup = cfg.get("scheduler", "constant"), int(cfg.get("warmup_steps", 0))
-    if name == "constant":
+    name, warmup = LRSchedule(cfg.scheduler), int(cfg.warmup_steps)
+    if name == LRSchedule.constant:
         return ConstantLR(optimizer, factor=1.0, total_iters=0)
     ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
-    if name == "warmup_constant":
+    if name == LRSchedule.warmup_constant:
         return ramp
     cosine = CosineAnnealingLR(optimizer, T_max=steps - warmup, eta_min=0.0)
     return SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])

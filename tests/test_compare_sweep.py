@@ -1,9 +1,10 @@
 """Issue 9 acceptance: a real 2-method x 2-seed sweep through the CLI, then `python -m launcher.compare` on its
-folder; every number of the table is recomputed here from the metrics.jsonl files, independently of the tool (plain
-Python on the rows), and the figures must be real PNGs."""
+folder; every number of the table, intervals included, is recomputed here from the metrics.jsonl files,
+independently of the tool (plain Python on the rows), and the figures must be real PNGs."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import subprocess
@@ -62,6 +63,24 @@ def _interp_hold(x, xs, ys):
     raise AssertionError
 
 
+def _first_reach(xs, ys, target):
+    for i, y in enumerate(ys):
+        if y >= target - 1e-12:
+            return xs[0] if i == 0 else xs[i - 1] + (target - ys[i - 1]) / (y - ys[i - 1]) * (xs[i] - xs[i - 1])
+    return None
+
+
+# two seeds: Student's t with 1 degree of freedom is the Cauchy distribution, whose 0.975 quantile is tan(0.475 pi)
+T_975_DF1 = math.tan(0.475 * math.pi)
+
+
+def _with_interval(values):
+    """(mean, low, high) of two seeds' values: the 95% t-interval."""
+    m = statistics.mean(values)
+    half = T_975_DF1 * statistics.stdev(values) / math.sqrt(len(values))
+    return m, m - half, m + half
+
+
 def _expected(runs):
     """Everything the outcome and cost tables show, recomputed from the rows (axis: GPU-hours)."""
     gpu = lambda rows: [row["time/gpu_hours"] for row in rows]
@@ -71,8 +90,9 @@ def _expected(runs):
         finals = [_smoothed(rows)[-1] for rows in seeds]
         at_budget = [_interp_hold(budget, gpu(rows), _smoothed(rows)) for rows in seeds]
         exp[method] = {
-            "final": (statistics.mean(finals), statistics.stdev(finals)),
-            "at_budget": (statistics.mean(at_budget), statistics.stdev(at_budget)),
+            "finals": finals,
+            "final": _with_interval(finals),
+            "at_budget": _with_interval(at_budget),
             "s_per_step": statistics.mean(statistics.mean(r["time/step_s"] for r in rows[1:]) for rows in seeds),
             "phases": [statistics.mean(statistics.mean(r[k] for r in rows[1:]) for rows in seeds)
                        for k in ("time/rollout_s", "time/reward_s", "time/update_s")],
@@ -80,19 +100,17 @@ def _expected(runs):
             "bwd": statistics.mean(statistics.mean(r["count/transformer_bwd"] for r in rows) for rows in seeds),
             "total": statistics.mean(gpu(rows)[-1] for rows in seeds),
         }
-    target = exp["dance_grpo"]["final"][0]
+    # the target is the lowest final value among the baseline's seeds; each seed's GPU-hours to reach it is the
+    # first crossing of its smoothed curve, linear between steps, and the group's is their mean when all got there
+    target = min(exp["dance_grpo"]["finals"])
     for method, seeds in runs.items():
-        # seeds of one setting log the same steps: the group curve is, per step, the seeds' mean reward at their
-        # mean GPU-hours; the reach is its first crossing of the target, linear between steps
-        xs = [statistics.mean(col) for col in zip(*(gpu(rows) for rows in seeds))]
-        ys = [statistics.mean(col) for col in zip(*(_smoothed(rows) for rows in seeds))]
-        exp[method]["reach"] = None
-        for i, y in enumerate(ys):
-            if y >= target - 1e-12:
-                exp[method]["reach"] = xs[0] if i == 0 else \
-                    xs[i - 1] + (target - ys[i - 1]) / (y - ys[i - 1]) * (xs[i] - xs[i - 1])
-                break
-    assert exp["dance_grpo"]["reach"] <= exp["dance_grpo"]["total"] * (1 + 1e-9)
+        reach = [_first_reach(gpu(rows), _smoothed(rows), target) for rows in seeds]
+        if None in reach:
+            exp[method]["reach"] = None
+        else:                                       # compute is never negative: the interval is cut at 0
+            m, lo, hi = _with_interval(reach)
+            exp[method]["reach"] = (m, max(lo, 0.0), hi)
+    assert exp["dance_grpo"]["reach"][0] <= exp["dance_grpo"]["total"] * (1 + 1e-9)
     return exp, budget, target
 
 
@@ -117,39 +135,53 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
     exp, budget, target = _expected(runs)
 
     data = json.loads((out / "comparison.json").read_text())
-    assert data["budget"] == pytest.approx(budget) and data["target_reward"] == pytest.approx(target)
+    assert data["metric"]["key"] == "reward/mean" and not data["metric"]["held_out"]      # smoke: no evaluation
+    assert data["budget"] == pytest.approx(budget) and data["target"] == pytest.approx(target)
     groups = {g["label"]: g for g in data["groups"]}
+    trio = lambda e: (e["mean"], e["lo"], e["hi"])                                          # noqa: E731
     for method, e in exp.items():
         g = groups[method]
         assert g["seeds"] == 2 and g["steps"] == [STEPS, STEPS]
-        assert (g["final_reward"]["mean"], g["final_reward"]["spread"]) == pytest.approx(e["final"])
-        assert (g["reward_at_budget"]["mean"], g["reward_at_budget"]["spread"]) == pytest.approx(e["at_budget"])
+        assert trio(g["final"]) == pytest.approx(e["final"])
+        assert trio(g["at_budget"]) == pytest.approx(e["at_budget"])
         assert g["per_step"]["time/step_s"]["mean"] == pytest.approx(e["s_per_step"])
         assert g["per_step"]["count/transformer_fwd"]["mean"] == e["fwd"]
         assert g["total"]["gpu_hours"]["mean"] == pytest.approx(e["total"])
         if e["reach"] is None:
             assert g["reach"] is None
         else:
-            assert g["reach"] == pytest.approx(e["reach"], rel=1e-9)
-    base = exp["dance_grpo"]["reach"]
-    assert groups["dance_grpo"]["speedup"] == pytest.approx(1.0)
-    fast = exp["flow_grpo_fast"]["reach"]
-    assert groups["flow_grpo_fast"]["speedup"] == (None if fast is None else pytest.approx(base / fast, rel=1e-3))
+            assert trio(g["reach"]) == pytest.approx(e["reach"], rel=1e-9)
+    fast, base = exp["flow_grpo_fast"]["reach"], exp["dance_grpo"]["reach"]
+    if fast is None:
+        assert groups["flow_grpo_fast"]["speedup"] is None
+    else:
+        assert groups["flow_grpo_fast"]["speedup"] == pytest.approx(base[0] / fast[0], rel=1e-9)
+        lo, hi = groups["flow_grpo_fast"]["speedup_interval"]
+        assert lo == pytest.approx(max(base[1], 0) / fast[2]) and (hi == "inf" if fast[1] <= 0 else
+                                                                   hi == pytest.approx(base[2] / fast[1]))
+    # 2 seeds, 5 steps: the report says how thin that is
+    kinds = [w["kind"] for w in data["warnings"]]
+    assert kinds[:1] == ["training_reward"] and "few_points" not in kinds and "few_seeds" not in kinds
 
     # the Markdown table shows the same numbers (rounded as printed)
     md = (out / "comparison.md").read_text()
-    header, rows = _table_rows(md, "Reward at equal compute")
-    assert header[3] == f"final reward (last {SMOOTH} steps)" and header[4] == f"reward at {budget:.4g} GPU-h"
+    header, rows = _table_rows(md, "Outcome at equal compute")
+    assert header[3] == f"final reward/mean (last {SMOOTH} steps), 95% interval"
+    assert header[4] == f"reward/mean at {budget:.4g} GPU-h"
     assert header[5] == f"GPU-h to reach {target:.4f}" and header[6] == "speedup vs dance_grpo"
     for method, e in exp.items():
         row = rows[method]
         assert row[1] == "2" and row[2] == str(STEPS)
         assert _nums(row[3]) == pytest.approx(e["final"], abs=6e-5)
         assert _nums(row[4]) == pytest.approx(e["at_budget"], abs=6e-5)
+        if method != "dance_grpo":
+            verdict = "not significant" if e["final"][1] <= exp["dance_grpo"]["final"][2] and \
+                exp["dance_grpo"]["final"][1] <= e["final"][2] else "significant"
+            assert row[3].endswith(verdict)
         if e["reach"] is None:
             assert row[5].startswith("not reached")
         else:
-            assert _nums(row[5])[0] == pytest.approx(e["reach"], rel=1e-3)
+            assert _nums(row[5]) == pytest.approx(e["reach"], rel=1e-3)
     assert rows["dance_grpo"][6] == "1.00× (baseline)"
     header, rows = _table_rows(md, "Cost per step")
     for method, e in exp.items():
@@ -173,7 +205,7 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
     assert proc.returncode == 0, proc.stderr[-3000:]
     via_wandb = json.loads((folder / "cmp_wandb" / "comparison.json").read_text())
     for g in via_wandb["groups"]:
-        assert g["final_reward"]["mean"] == pytest.approx(groups[g["label"]]["final_reward"]["mean"])
+        assert trio(g["final"]) == pytest.approx(trio(groups[g["label"]]["final"]))
         assert g["speedup"] == pytest.approx(groups[g["label"]]["speedup"])
         assert {r["group"] for r in g["runs"]} == {f"sweep-{folder.name}"}
 
@@ -186,7 +218,7 @@ def test_compare_refuses_a_sweep_mixed_with_another_reward(sweep):
     proc = _compare(str(folder), str(single), "--out", str(root / "mixed"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert "reward.name = color (4 runs), jpeg_compressibility (1 run)" in proc.stderr, proc.stderr
+    assert "reward.name = color (4 runs), jpeg (1 run)" in proc.stderr, proc.stderr
     assert "--where reward.name=color" in proc.stderr and "--allow-mixed reward.name" in proc.stderr
     # following the message's first fix works
     proc = _compare(str(folder), str(single), "--where", "reward.name=color", "--out", str(root / "fixed"))

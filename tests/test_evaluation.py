@@ -10,9 +10,11 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.errors import ConfigError
+from hydra.errors import ConfigCompositionException
+
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
+from rewardflow.errors import ConfigError
 
 # smoke scale (2 prompts x 2 generations, 6 sampling steps) with the demo's held-out evaluation every 2 steps
 SMOKE = ["experiment=smoke", "logger=none", "trainer.export=false", "eval.every=2", "eval.samples_per_prompt=1"]
@@ -148,24 +150,24 @@ def test_the_split_holds_prompts_out_of_training_whether_or_not_evaluation_is_on
     assert sorted(train_on + held_out) == sorted(data) and not set(train_on) & set(held_out)
     assert held_out == held_out_prompts(compose([*common, "trainer.seed=3"]))    # the same for every seed
     from launcher.data import PromptSource
-    source = PromptSource(path=str(path), held_out=3, seed=1)
+    from launcher.data_config import DataConfig
+    source = PromptSource(DataConfig(name="file", path=str(path)), seed=1, held_out=3)
     assert sorted(source.batch(0, 5)) == sorted(train_on)        # one epoch of training sees exactly the rest
 
 
 @pytest.mark.parametrize("overrides, message", [
     (["eval.prompts=null", "eval.split=8"], "eval.split=8 holds out every one of the 8 data prompts"),
-    (["eval.split=2"], "eval.prompts and eval.split=2 both choose"),
-    (["eval.prompts=null"], "eval.every > 0 needs held-out prompts"),
-    (["eval.use_ema=true"], "eval.use_ema=true needs an EMA"),
-    (["trainer.export_ema=true"], "trainer.export_ema=true needs an EMA"),
-    (["trainer.ema_decay=1.0"], "trainer.ema_decay must be in [0, 1)"),
-    (["eval.samples_per_prompt=0"], "eval.samples_per_prompt must be >= 1"),
-    (["eval.sampling_steps=null"], "eval.sampling_steps is not set and model=tiny_flux"),
+    (["eval.split=2"], "eval.split: eval.prompts and eval.split=2 both choose"),
+    (["eval.prompts=null"], "eval.every: 25 evaluates held-out prompts, and none are set"),
+    (["eval.use_ema=true"], "eval.use_ema: true needs an EMA"),
+    (["trainer.export_ema=true"], "trainer.export_ema: true needs an EMA"),
+    (["trainer.ema_decay=1.0"], "trainer.ema_decay: must be in [0, 1)"),
+    (["eval.samples_per_prompt=0"], "eval.samples_per_prompt: must be >= 1"),
+    (["eval.sampling_steps=null"], "eval.sampling_steps: is not set and model=tiny_flux"),
     (["eval.prompts=[a photo of a tree]"], "do not suit reward=color"),
     (["+reward@eval.rewards.color=jpeg"], "eval.rewards.color: the name is the trained reward's"),
     (["model=toy_gaussian", "reward=gaussian_tilt", "method=eam", "eval.guidance=2.0"],
      "model=toy_gaussian has no guidance"),
-    (["optimizer.scheduler=linear"], "optimizer.scheduler must be one of"),
     (["optimizer.warmup_steps=5"], "has no effect with optimizer.scheduler=constant"),
     (["optimizer.scheduler=warmup_constant"], "needs optimizer.warmup_steps >= 1"),
     (["optimizer.scheduler=warmup_cosine", "optimizer.warmup_steps=150"], "leaves no step for the cosine"),
@@ -175,18 +177,29 @@ def test_bad_evaluation_ema_and_schedule_settings_are_config_errors(overrides, m
         validate(compose(overrides))
 
 
+def test_an_unknown_lr_schedule_fails_at_composition_listing_the_valid_ones():
+    with pytest.raises(ConfigCompositionException) as err:
+        compose(["optimizer.scheduler=linear"])
+    message = str(err.value) + str(err.value.__cause__)
+    assert "optimizer.scheduler" in message and "warmup_cosine" in message, message
+
+
 def test_a_multi_reward_evaluates_its_raw_weighted_sum_without_touching_training_state():
     from rewards.color import ColorReward
+    from rewards.color_config import ColorRewardConfig
     from rewards.jpeg import JpegCompressibility
+    from rewards.jpeg_config import JpegRewardConfig
     from rewards.multi import MultiReward
+    from rewards.multi_config import MultiRewardConfig
 
-    reward = MultiReward({"color": ColorReward(), "jpeg": JpegCompressibility()}, {"color": 1.0, "jpeg": 0.5},
-                         normalize="running")
+    color, jpeg = ColorReward(ColorRewardConfig()), JpegCompressibility(JpegRewardConfig())
+    reward = MultiReward(MultiRewardConfig(weights={"color": 1.0, "jpeg": 0.5}, normalize="running"),
+                         {"color": color, "jpeg": jpeg})
     images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     prompts = ["a red car", "a blue sky", "a white cat"]
     state = {k: v.clone() for k, v in reward.state_dict().items()}
     scores = reward.evaluate(images, prompts)
-    expected = 1.0 * ColorReward().score(images, prompts) + 0.5 * JpegCompressibility().score(images, prompts)
+    expected = 1.0 * color.score(images, prompts) + 0.5 * jpeg.score(images, prompts)
     torch.testing.assert_close(scores, expected)
     assert all(torch.equal(v, state[k]) for k, v in reward.state_dict().items())   # running statistics untouched
     assert reward.step_metrics() == {}                                               # nothing logged for training

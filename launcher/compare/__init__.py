@@ -6,7 +6,10 @@ Pipeline, one module per concept:
 - :mod:`.local`      run and sweep folders (``metrics.jsonl`` + ``.hydra/config.yaml``, or offline W&B files);
 - :mod:`.online`     W&B projects, groups and sweeps through the public API (``wandb.Api``);
 - :mod:`.grouping`   filters, grouping by method (and any config key), the checks that refuse mixed groups;
-- :mod:`.aggregate`  seed curves on a common grid, final reward, per-step cost, equal-budget and equal-reward figures;
+- :mod:`.metric`     which metric is compared: the held-out evaluation when runs have it, else the training reward;
+- :mod:`.stats`      means over seeds with t or bootstrap intervals, the overlap test, speedup intervals;
+- :mod:`.aggregate`  seed curves on a common grid, final value, per-step cost, equal-budget and time-to-target figures;
+- :mod:`.evidence`   the thin-evidence warnings (few seeds or points, short runs, a loaded machine...);
 - :mod:`.report`     the Markdown tables and ``comparison.json``;
 - :mod:`.plots`      the PNG figures;
 - :mod:`.publish`    the optional W&B report (or, without the report API, a summary W&B run);

@@ -1,56 +1,81 @@
-"""The numbers of a comparison: seed curves on a common grid, final reward, per-step cost, the reward reached at a
-common compute budget, and the compute each group needs to reach the baseline's final reward.
+"""The numbers of a comparison: seed curves on a common grid, the final value, per-step cost, the value reached at
+a common compute budget, and the compute each group needs to reach a target; every figure over seeds is a mean with
+a confidence interval (:mod:`.stats`), and each group is tested against the baseline.
 
-Definitions (also printed under the report's tables):
+Definitions (also printed under the report's tables; ``docs/compare_report.md`` explains them with examples):
 
-- A run's reward curve is ``reward/mean`` smoothed by a trailing mean over the last ``smooth`` logged steps
-  (per-step rewards are means over one batch and noisy); its final reward is the curve's last value.
+- The metric is ``eval/<reward>/mean`` when the runs have it, else the training reward ``reward/mean``
+  (:mod:`.metric`). A run's curve is the metric smoothed by a trailing mean over the last ``smooth`` logged points
+  (fewer at the start, and in runs shorter than the window); its final value is the curve's last value.
 - A group's curve is the mean over its seeds of their curves on a common grid: the steps when the seeds logged
   the same steps (x = the seeds' mean compute at each step), else the union of the seeds' logged x-values with each
-  seed linearly interpolated (a seed that has ended keeps its final value). The band is the spread over seeds at
-  each grid point (std with ddof=1, standard error, or min-max).
+  seed linearly interpolated (a seed that has ended keeps its final value). The band is the pointwise interval of
+  that mean (``ci``), or the spread over seeds (std with ddof=1, standard error, or min-max).
 - Compute of a run on the chosen axis: ``time/gpu_hours`` or ``time/wallclock_s`` at its last logged step, or
   the number of steps done (last step + 1).
-- Common budget: the smallest total compute of any run compared (every run reached it); reward at the budget is
-  each seed's curve there, averaged over seeds.
-- Compute to reach R (R = the baseline's final reward): the first x at which the group's mean curve reaches R
-  (linear between grid points). Speedup = baseline's compute to reach R / the group's.
+- Common budget: the smallest total compute of any run compared (every run reached it); value at the budget is
+  each seed's curve there.
+- Target: ``--target``, else the lowest final value among the baseline's seeds (so every baseline seed reaches it).
+  Compute to reach it: per seed, the first x at which the seed's curve reaches it (linear between logged points);
+  the group's is the mean over seeds when every seed got there (its interval cut at 0). Speedup = the baseline's mean
+  compute to reach it / the group's; its interval is every ratio of values inside the two groups' intervals.
+- Final value, value at the budget and compute to reach are each compared with the baseline's: significant when the
+  two intervals do not overlap.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from launcher.compare import evidence, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.grouping import Group
+from launcher.compare.metric import Metric
 from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData
+from launcher.compare.stats import Estimate
 
-BANDS = ("std", "sem", "minmax")
+BANDS = ("ci", "std", "sem", "minmax")
 
 
 @dataclass
 class Settings:
     axis: str = "gpu_hours"          # compute axis for budget and speedup: step | wallclock_s | gpu_hours
-    smooth: int = 10                 # trailing window (logged steps) of the reward curves and the final reward
-    band: str = "std"
+    smooth: int | None = None        # trailing window (logged points); None = the metric's default
+    band: str = "ci"                 # the curves' band: the interval of the mean, or a spread over seeds
     warmup_steps: int = 1            # first steps left out of the per-step timings (lazy init, allocator warm-up)
     budget: float | None = None      # common budget in axis units; None = the smallest total among the runs
+    target: float | None = None      # None = the lowest final value among the baseline's seeds
+    confidence: float = 0.95
+    interval: str = "auto"           # t below 10 seeds, bootstrap over seeds from 10 (see stats.py)
+    thresholds: evidence.Thresholds = field(default_factory=evidence.Thresholds)
 
 
 @dataclass
 class Trace:
-    """One run's reward curve on each axis, NaN-reward steps (skipped updates) left out."""
+    """One run's curve of the compared metric on each axis, points without a value (skipped updates, steps without
+    an evaluation) left out."""
 
     run: RunData
-    x: dict[str, np.ndarray]         # axis -> raw logged x (step, time/wallclock_s, time/gpu_hours)
-    reward: np.ndarray               # smoothed reward/mean
+    x: dict[str, np.ndarray]         # axis -> raw logged x (step, time/wallclock_s, time/gpu_hours) at each point
+    reward: np.ndarray               # the metric, smoothed
     raw_reward: np.ndarray
+    smooth: int                      # the window asked for; the last value averages min(smooth, points) points
+    steps: int                       # training steps logged (rows with reward/mean)
 
     @property
     def final(self) -> float:
         return float(self.reward[-1])
+
+    @property
+    def points(self) -> int:
+        return len(self.reward)
+
+    @property
+    def window(self) -> int:
+        """How many logged points the final value averages."""
+        return min(self.smooth, self.points)
 
     def total(self, axis: str) -> float:
         return float(self.x[axis][-1]) + axis_offset(axis)
@@ -65,41 +90,44 @@ class Curve:
 
 
 @dataclass
-class Stat:
-    """A value over seeds: mean and spread (``lo``/``hi`` band; ``spread`` is the ± half-width or NaN)."""
-
-    mean: float
-    lo: float
-    hi: float
-    spread: float
-    n: int
-    values: list[float] = field(default_factory=list)
-
-
-@dataclass
 class GroupResult:
     label: str
     runs: list[RunData]
     traces: list[Trace]
-    steps: list[int]                          # logged steps with a reward, per run
-    final: Stat
-    total: dict[str, Stat]                    # axis -> total compute per run
-    per_step: dict[str, Stat]                 # time/step_s, time/<phase>_s, count/transformer_* -> per-step mean
+    final: Estimate
+    total: dict[str, Estimate]                # axis -> total compute per run
+    per_step: dict[str, Estimate]             # time/step_s, time/<phase>_s, count/transformer_* -> per-step mean
     curves: dict[str, Curve]                  # axis -> seed-mean curve
-    at_budget: Stat | None = None
-    reach: float | None = None                # compute (axis units) to reach the target; None = not reached
+    at_budget: Estimate | None = None
+    reach: Estimate | None = None             # compute (axis units) to reach the target; None = a seed did not
+    reached: int = 0                          # seeds that reached the target
+    reached_at_first: int = 0                 # seeds already at the target at their first logged point
     best: float = math.nan                    # highest value of the mean curve (what "not reached" stopped at)
     speedup: float | None = None
+    speedup_lo: float = math.nan
+    speedup_hi: float = math.nan
+    verdicts: dict[str, str] = field(default_factory=dict)   # final | at_budget | reach -> vs the baseline
+
+    @property
+    def steps(self) -> list[int]:
+        return [t.steps for t in self.traces]
+
+    @property
+    def points(self) -> list[int]:
+        return [t.points for t in self.traces]
 
 
 @dataclass
 class Comparison:
     settings: Settings
+    metric: Metric
+    smooth: int                                # the window used (settings.smooth or the metric's default)
     groups: list[GroupResult]
     baseline: str
     budget: float
-    target: float                              # the baseline's final reward
+    target: float
     budget_runs_ended_before: list[str] = field(default_factory=list)
+    warnings: list[evidence.Finding] = field(default_factory=list)
 
 
 def axis_offset(axis: str) -> float:
@@ -115,40 +143,39 @@ def trailing_mean(y: np.ndarray, k: int) -> np.ndarray:
     return (c[idx] - c[lo]) / (idx - lo)
 
 
-def make_trace(run: RunData, smooth: int, axes=tuple(AXES)) -> Trace:
-    reward = run.series(REWARD)
-    keep = np.isfinite(reward)
+def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES)) -> Trace:
+    values = run.series(key)
+    keep = np.isfinite(values)
+    if not keep.any():
+        raise CompareError(f"run {run.name} ({run.source}) logged no {key}")
     x = {}
     for axis in axes:
-        values = run.series(AXES[axis])[keep]
-        if len(values) and np.isfinite(values).all():
+        xs = run.series(AXES[axis])[keep]
+        if len(xs) and np.isfinite(xs).all():
             # cumulative axes never go down; if a resumed run restarted its clock, keep the curve drawable
-            x[axis] = np.maximum.accumulate(values)
-    if not keep.any():
-        raise CompareError(f"run {run.name} ({run.source}) logged no {REWARD}")
-    return Trace(run=run, x=x, reward=trailing_mean(reward[keep], smooth), raw_reward=reward[keep])
+            x[axis] = np.maximum.accumulate(xs)
+    steps = int(np.isfinite(run.series(REWARD)).sum())
+    return Trace(run=run, x=x, reward=trailing_mean(values[keep], smooth), raw_reward=values[keep], smooth=smooth,
+                 steps=steps)
 
 
-def spread(values, band: str) -> Stat:
-    v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    if not len(v):
-        return Stat(math.nan, math.nan, math.nan, math.nan, 0, [])
-    m = float(v.mean())
+def spread_band(ys: np.ndarray, band: str) -> tuple[np.ndarray, np.ndarray]:
+    """The std / sem / min-max band over seeds (rows of ``ys``)."""
+    mean = ys.mean(axis=0)
     if band == "minmax":
-        return Stat(m, float(v.min()), float(v.max()), math.nan, len(v), v.tolist())
-    half = float(v.std(ddof=1)) if len(v) > 1 else math.nan
-    if band == "sem" and len(v) > 1:
-        half /= math.sqrt(len(v))
-    width = 0.0 if math.isnan(half) else half
-    return Stat(m, m - width, m + width, half, len(v), v.tolist())
+        return ys.min(axis=0), ys.max(axis=0)
+    half = ys.std(axis=0, ddof=1) if len(ys) > 1 else np.zeros_like(mean)
+    if band == "sem" and len(ys) > 1:
+        half = half / math.sqrt(len(ys))
+    return mean - half, mean + half
 
 
-def seed_curve(traces: list[Trace], axis: str, band: str) -> Curve:
+def seed_curve(traces: list[Trace], axis: str, band: str, confidence: float = 0.95, interval: str = "auto") -> Curve:
     """Mean and band over seeds on a common grid.
 
-    Seeds that logged the same steps (the usual case) share the step grid: at each step, the mean of their rewards
+    Seeds that logged the same steps (the usual case) share the step grid: at each step, the mean of their values
     at the mean of their compute. Their compute per step differs only by machine noise, and this way the group
-    reaches its own final reward exactly at its mean total compute. Otherwise (different lengths, skipped steps)
+    reaches its own final value exactly at its mean total compute. Otherwise (different lengths, skipped steps)
     each seed is interpolated onto the union of the seeds' x-values, from the latest first point on (before it,
     some seed has no value), and a seed past its last point holds its final value."""
     steps = [t.x["step"] for t in traces]
@@ -162,29 +189,27 @@ def seed_curve(traces: list[Trace], axis: str, band: str) -> Curve:
         grid = grid[grid >= start]
         # np.interp holds the end values outside the data range: exactly "a finished seed keeps its final value"
         ys = np.stack([np.interp(grid, x, t.reward) for x, t in zip(xs, traces)])
-    mean = ys.mean(axis=0)
-    if band == "minmax":
-        return Curve(grid, mean, ys.min(axis=0), ys.max(axis=0))
-    half = ys.std(axis=0, ddof=1) if len(ys) > 1 else np.zeros_like(mean)
-    if band == "sem" and len(ys) > 1:
-        half = half / math.sqrt(len(ys))
-    return Curve(grid, mean, mean - half, mean + half)
+    if band == "ci":
+        lo, hi = stats.curve_interval(ys, confidence, interval)
+    else:
+        lo, hi = spread_band(ys, band)
+    return Curve(grid, ys.mean(axis=0), lo, hi)
 
 
-def first_reach(curve: Curve, target: float) -> float | None:
-    """First x where the curve is >= target, linear between grid points; None when it never gets there."""
-    # a tolerance of a few ulps: the baseline's own curve ends exactly at its final reward, up to summation order
-    above = np.nonzero(curve.mean >= target - 1e-12 * max(1.0, abs(target)))[0]
+def first_reach(x: np.ndarray, y: np.ndarray, target: float) -> float | None:
+    """First x where the curve ``y(x)`` is >= target, linear between points; None when it never gets there."""
+    # a tolerance of a few ulps: a curve that ends exactly at the target, up to summation order, reaches it
+    above = np.nonzero(y >= target - 1e-12 * max(1.0, abs(target)))[0]
     if not len(above):
         return None
     i = int(above[0])
     if i == 0:
-        return float(curve.x[0])
-    x0, x1, y0, y1 = curve.x[i - 1], curve.x[i], curve.mean[i - 1], curve.mean[i]
+        return float(x[0])
+    x0, x1, y0, y1 = x[i - 1], x[i], y[i - 1], y[i]
     return float(x0 + (target - y0) / (y1 - y0) * (x1 - x0))
 
 
-def per_step_costs(runs: list[RunData], warmup: int, band: str) -> dict[str, Stat]:
+def per_step_costs(runs: list[RunData], warmup: int, confidence: float, interval: str) -> dict[str, Estimate]:
     """Mean seconds per step by phase (first ``warmup`` steps left out when the run has more) and transformer
     passes per step, each averaged per run, then over runs."""
     out = {}
@@ -196,53 +221,76 @@ def per_step_costs(runs: list[RunData], warmup: int, band: str) -> dict[str, Sta
                 v = v[warmup:]
             v = v[np.isfinite(v)]
             per_run.append(float(v.mean()) if len(v) else math.nan)
-        out[key] = spread(per_run, band)
+        out[key] = stats.estimate(per_run, confidence, interval)
     return out
 
 
-def summarize_group(group: Group, s: Settings) -> GroupResult:
-    traces = [make_trace(r, s.smooth) for r in group.runs]
+def summarize_group(group: Group, metric: Metric, smooth: int, s: Settings) -> GroupResult:
+    traces = [make_trace(r, smooth, metric.key) for r in group.runs]
     axes = [a for a in AXES if all(a in t.x for t in traces)]
+    est = lambda values: stats.estimate(values, s.confidence, s.interval)     # noqa: E731
     return GroupResult(
-        label=group.label, runs=group.runs, traces=traces, steps=[len(t.reward) for t in traces],
-        final=spread([t.final for t in traces], s.band),
-        total={a: spread([t.total(a) for t in traces], s.band) for a in axes},
-        per_step=per_step_costs(group.runs, s.warmup_steps, s.band),
-        curves={a: seed_curve(traces, a, s.band) for a in axes})
+        label=group.label, runs=group.runs, traces=traces, final=est([t.final for t in traces]),
+        total={a: est([t.total(a) for t in traces]) for a in axes},
+        per_step=per_step_costs(group.runs, s.warmup_steps, s.confidence, s.interval),
+        curves={a: seed_curve(traces, a, s.band, s.confidence, s.interval) for a in axes})
 
 
-def compare(groups: list[Group], baseline: Group, s: Settings) -> Comparison:
+def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -> Comparison:
     if s.axis not in AXES:
         raise CompareError(f"--axis must be one of {', '.join(AXES)} (got {s.axis!r})")
     if s.band not in BANDS:
         raise CompareError(f"--band must be one of {', '.join(BANDS)} (got {s.band!r})")
-    results = [summarize_group(g, s) for g in groups]
+    if not 0.5 < s.confidence < 1.0:
+        raise CompareError(f"--confidence must be between 0.5 and 1, e.g. 0.95 (got {s.confidence})")
+    if s.interval not in stats.INTERVALS:
+        raise CompareError(f"--interval must be one of {', '.join(stats.INTERVALS)} (got {s.interval!r})")
+    smooth = metric.default_smooth if s.smooth is None else s.smooth
+    th = s.thresholds
+    if smooth < 1 or s.warmup_steps < 0 or th.min_seeds < 1 or th.min_points < 1 or th.max_step_cv < 0:
+        raise CompareError("--smooth, --min-seeds and --min-points must be >= 1, --warmup-steps and --max-step-cv "
+                           ">= 0")
+    results = [summarize_group(g, metric, smooth, s) for g in groups]
     lacking = [t.run.name for r in results for t in r.traces if s.axis not in t.x]
     if lacking:
-        raise CompareError(f"{len(lacking)} run(s) did not log {AXES[s.axis]} on every step ({', '.join(lacking[:4])}"
-                           f"{'...' if len(lacking) > 4 else ''}); compare on another axis, e.g. --axis step")
+        raise CompareError(f"{len(lacking)} run(s) did not log {AXES[s.axis]} with every {metric.key} "
+                           f"({', '.join(lacking[:4])}{'...' if len(lacking) > 4 else ''}); compare on another axis, "
+                           f"e.g. --axis step")
     off = axis_offset(s.axis)
     totals = {t.run.name: t.total(s.axis) for r in results for t in r.traces}
     budget = float(s.budget) if s.budget is not None else min(totals.values())
     base = next(r for r in results if r.label == baseline.label)
-    target = base.final.mean
+    target = float(s.target) if s.target is not None else min(t.final for t in base.traces)
+    est = lambda values: stats.estimate(values, s.confidence, s.interval)     # noqa: E731
     for r in results:
         # each seed's curve at the budget (np.interp holds the final value past a run's end: see the notes)
-        r.at_budget = spread([_at(t, s.axis, budget - off) for t in r.traces], s.band)
-        curve = r.curves[s.axis]
-        reach = first_reach(curve, target)
-        r.reach = None if reach is None else reach + off
-        r.best = float(curve.mean.max())
-    base_reach = base.reach
+        r.at_budget = est([_at(t, s.axis, budget - off) for t in r.traces])
+        reach = [first_reach(t.x[s.axis], t.reward, target) for t in r.traces]
+        r.reached = sum(v is not None for v in reach)
+        r.reached_at_first = sum(bool(v is not None and v <= t.x[s.axis][0]) for v, t in zip(reach, r.traces))
+        r.reach = _compute(est([v + off for v in reach])) if r.reached == len(reach) else None
+        r.best = float(r.curves[s.axis].mean.max())
     for r in results:
-        r.speedup = base_reach / r.reach if (r.reach and base_reach) else None
+        r.verdicts = {"final": stats.verdict(r.final, base.final),
+                      "at_budget": stats.verdict(r.at_budget, base.at_budget),
+                      "reach": stats.verdict(r.reach, base.reach) if r.reach and base.reach else stats.UNTESTED}
+        if r.reach and base.reach:
+            r.speedup = base.reach.mean / r.reach.mean
+            r.speedup_lo, r.speedup_hi = stats.ratio_interval(base.reach, r.reach)
     ended = sorted(n for n, total in totals.items() if total < budget)
-    return Comparison(settings=s, groups=results, baseline=base.label, budget=budget, target=target,
-                      budget_runs_ended_before=ended)
+    c = Comparison(settings=s, metric=metric, smooth=smooth, groups=results, baseline=base.label, budget=budget,
+                   target=target, budget_runs_ended_before=ended)
+    c.warnings = evidence.check(c, s.thresholds)
+    return c
+
+
+def _compute(e: Estimate) -> Estimate:
+    """Compute is never negative: a t-interval over few seeds can reach below 0, which is then cut at 0."""
+    return replace(e, lo=max(e.lo, 0.0)) if e.has_interval else e
 
 
 def _at(trace: Trace, axis: str, x: float) -> float:
     xs = trace.x[axis]
     if x < xs[0]:
-        return math.nan           # the budget ends before this run's first logged step: no reward yet
+        return math.nan           # the budget ends before this run's first logged point: no value yet
     return float(np.interp(x, xs, trace.reward))

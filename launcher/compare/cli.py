@@ -6,6 +6,7 @@ Examples::
     rewardflow-compare outputs/train/multiruns --group sweep-2026-11-29_20-16-04 --axis wallclock_s
     rewardflow-compare --project me/rewardflow --group sweep-2026-11-29_20-16-04 --wandb-report
     rewardflow-compare RUN_DIRS... --by method.name,method.window_size --where model.name=tiny_flux
+    rewardflow-compare outputs/train/multiruns/2026-11-29_20-16-04 --metric eval/pickscore/mean --axis step
 
 Bad input (no runs, mixed groups, unknown baseline) ends with a message and exit code 2, not a traceback.
 """
@@ -18,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.compare import aggregate, grouping, plots, report
+from launcher.compare import aggregate, evidence, grouping, plots, report, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.local import SOURCES, load_local
+from launcher.compare.metric import SMOOTH_EVAL, SMOOTH_TRAINING, choose_metric
 from launcher.compare.runs import AXES, REWARD, RunData
 
 log = logging.getLogger("rewardflow.compare")
@@ -29,10 +31,12 @@ log = logging.getLogger("rewardflow.compare")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="rewardflow-compare", formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Compare reward fine-tuning methods at equal compute: reward curves against step, wall-clock "
-                    "and GPU-hours (mean over seeds with a band), a Markdown table (final reward, time per step by "
-                    "phase, transformer passes, reward at a common budget, speedup vs a baseline at equal reward), "
-                    "from local run/sweep folders or W&B runs.",
+        description="Compare reward fine-tuning methods at equal compute: curves of the held-out evaluation "
+                    "(eval/<reward>/mean; the training reward when runs have none) against step, wall-clock and "
+                    "GPU-hours, means over seeds with 95% intervals, a Markdown table (final value, value at a "
+                    "common budget, compute to reach a target and the speedup, each tested against a baseline; "
+                    "time per step by phase, transformer passes) and warnings when the evidence is thin, from "
+                    "local run/sweep folders or W&B runs. Definitions: docs/compare_report.md.",
         epilog=__doc__.split("Examples::", 1)[1].split("Bad input", 1)[0])
     src = p.add_argument_group("which runs")
     src.add_argument("paths", nargs="*", help="run folders, sweep folders, folders above them, or run-*.wandb files")
@@ -56,10 +60,29 @@ def build_parser() -> argparse.ArgumentParser:
                      help="compute axis for the common budget and the speedup (default gpu_hours)")
     grp.add_argument("--budget", type=float, help="common compute budget in --axis units "
                      "(default: the smallest total among the runs)")
-    grp.add_argument("--smooth", type=int, default=10, help="trailing window (logged steps) smoothing reward/mean "
-                     "for the curves, the final reward and the budget/speedup figures (default 10; 1 = raw)")
-    grp.add_argument("--band", choices=aggregate.BANDS, default="std", help="spread over seeds (default std)")
+    grp.add_argument("--metric", default="auto", help="metric compared: auto (eval/<trained reward>/mean when "
+                     "the runs logged it, else the training reward reward/mean), or a logged key, e.g. "
+                     "eval/pickscore/mean")
+    grp.add_argument("--smooth", type=int, help="trailing window (logged points) smoothing the metric for the "
+                     f"curves, the final value and the budget/reach figures (default: {SMOOTH_TRAINING} for the "
+                     f"training reward, {SMOOTH_EVAL} = none for an evaluation)")
+    grp.add_argument("--target", type=float, help="value whose compute to reach gives the speedups (default: the "
+                     "lowest final value among the baseline's seeds)")
+    grp.add_argument("--confidence", type=float, default=0.95, help="confidence of the intervals (default 0.95)")
+    grp.add_argument("--interval", choices=stats.INTERVALS, default="auto", help="interval over seeds: t, "
+                     f"bootstrap, or auto = t below {stats.BOOTSTRAP_FROM_SEEDS} seeds, bootstrap from then on")
+    grp.add_argument("--band", choices=aggregate.BANDS, default="ci", help="band of the curves: ci = the interval "
+                     "of the mean (default), or the spread over seeds")
     grp.add_argument("--warmup-steps", type=int, default=1, help="first steps left out of per-step timings")
+    warn = p.add_argument_group("thin-evidence warnings (in the report and on the console)")
+    th = evidence.Thresholds()
+    warn.add_argument("--min-seeds", type=int, default=th.min_seeds, help="warn when a group has fewer seeds "
+                      f"(default {th.min_seeds})")
+    warn.add_argument("--min-points", type=int, default=th.min_points, help="warn when a run has fewer logged "
+                      f"points of the metric: evaluations, or steps for the training reward (default {th.min_points})")
+    warn.add_argument("--max-step-cv", type=float, default=th.max_step_cv, help="warn when the seeds of a group "
+                      "differ more in s/step (coefficient of variation: the machine was loaded) "
+                      f"(default {th.max_step_cv})")
     out = p.add_argument_group("output")
     out.add_argument("--out", help="output folder (default: <folder>/compare for one local folder, else "
                      "outputs/compare/<date>_<time>)")
@@ -126,13 +149,16 @@ def run(args, api=None) -> dict:
                            "offline runs, `wandb sync <run>/wandb/offline-run-*` them first)")
     runs = load_runs(args, api)
     by = list(dict.fromkeys(["method.name", *_csv(args.by)]))
+    metric = choose_metric(runs, args.metric)
+    if metric.held_out:
+        grouping.check_ruler(runs, _csv(args.allow_mixed))
     groups = grouping.group_runs(runs, by, _csv(args.allow_mixed))
     baseline = grouping.select_baseline(groups, args.baseline)
-    settings = aggregate.Settings(axis=args.axis, smooth=args.smooth, band=args.band,
-                                  warmup_steps=args.warmup_steps, budget=args.budget)
-    if settings.smooth < 1 or settings.warmup_steps < 0:
-        raise CompareError("--smooth must be >= 1 and --warmup-steps >= 0")
-    comparison = aggregate.compare(groups, baseline, settings)
+    settings = aggregate.Settings(
+        axis=args.axis, smooth=args.smooth, band=args.band, warmup_steps=args.warmup_steps, budget=args.budget,
+        target=args.target, confidence=args.confidence, interval=args.interval,
+        thresholds=evidence.Thresholds(args.min_seeds, args.min_points, args.max_step_cv))
+    comparison = aggregate.compare(groups, baseline, settings, metric)
     context = grouping.context_of(runs)
     sources = [*map(str, args.paths)] + ([f"W&B {args.project}"] if args.project else [])
 
@@ -155,17 +181,22 @@ def run(args, api=None) -> dict:
 
 def _print(c, out: Path, wandb_where: str | None) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=max(Console().width, 140))
-    for title, (header, rows) in (("reward at equal compute", report.outcome_table(c)),
+    console.print(f"metric: {escape(c.metric.how_chosen.replace('`', '').replace('**', ''))}")
+    for title, (header, rows) in (("outcome at equal compute", report.outcome_table(c)),
                                   ("cost per step", report.cost_table(c))):
         table = Table(title=title, title_justify="left")
         for h in header:
-            table.add_column(h, overflow="fold")
+            table.add_column(escape(h), overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(escape, row))
         console.print(table)
+    # last, so they are what the user reads next to the numbers
+    for w in c.warnings:
+        console.print(f"[bold yellow]warning[/] ({w.kind}): {escape(w.message)}")
     pngs = ", ".join(sorted(p.name for p in out.glob("*.png")))
     console.print(f"wrote {out}/comparison.md, comparison.json, {pngs}")
     if wandb_where:

@@ -20,10 +20,16 @@ from launcher.compare.runs import ABSENT, RunData, config_get, flatten, show
 DEFAULT_BY = ("method.name",)
 CONTEXT_KEYS = ("model.name", "reward.name", "data.name")
 # Config keys that differ between the seeds of one setting without changing what is trained: the seed itself,
-# logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming.
+# logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming,
+# how often it evaluates (evaluation never changes training).
 IGNORED = ("trainer.seed", "trainer.progress", "trainer.sample_every", "trainer.num_sample_images",
            "trainer.threads", "trainer.resume*", "trainer.checkpoint*", "trainer.ckpt*", "output_root", "task_name",
-           "logger.*", "cluster.*", "hydra.*")
+           "logger.*", "cluster.*", "hydra.*", "eval.every")
+# The held-out evaluation is one ruler only if every run evaluates the same way: same prompts, samples, sampler
+# steps, guidance, rewards. How often it evaluates, and whether it evaluates EMA weights (a training choice), may
+# differ.
+RULER = "eval.*"
+RULER_FREE = ("eval.every", "eval.use_ema")
 
 
 @dataclass
@@ -120,6 +126,22 @@ def _check_context(runs: list[RunData], by: list[str], allow_mixed) -> None:
         f"these runs are not one comparison: they differ in {what}. Methods are compared on one model, reward and "
         f"prompt set. Fix: keep one with --where {key}={first}; or compare across them on purpose with "
         f"--by {','.join(by + [k for k, _ in differing])}; or ignore the difference with --allow-mixed {keys}")
+
+
+def check_ruler(runs: list[RunData], allow_mixed=()) -> None:
+    """Refuse to compare held-out metrics measured differently (``eval.*`` settings other than RULER_FREE)."""
+    flat = [flatten(r.config) for r in runs]
+    keys = sorted(k for k in set().union(*flat) if fnmatch.fnmatchcase(k, RULER)
+                  and not _allowed(k, RULER_FREE) and not _allowed(k, allow_mixed))
+    differing = [(k, seen) for k in keys if len(seen := Counter(show(f.get(k, ABSENT)) for f in flat)) > 1]
+    if not differing:
+        return
+    what = "; ".join(f"{k} = {_counts(seen)}" for k, seen in differing[:6])
+    keys = ",".join(k for k, _ in differing[:6])
+    raise CompareError(f"these runs evaluate differently: {what}. A held-out metric compares methods only when "
+                       f"every run measures it the same way. Fix: keep one with --where {differing[0][0]}="
+                       f"{differing[0][1].most_common(1)[0][0]}; or compare on the training reward with --metric "
+                       f"reward/mean; or ignore the difference with --allow-mixed {keys}")
 
 
 def _check_seeds_only(group: Group, by: list[str], allow_mixed) -> None:

@@ -1,10 +1,12 @@
-"""The comparison as PNGs (matplotlib, headless): reward against step, wall-clock and GPU-hours (mean over seeds with
-a band), all three side by side, and the seconds per step split by phase."""
+"""The comparison as PNGs (matplotlib, headless): the compared metric against step, wall-clock and GPU-hours (mean
+over seeds with a band), all three side by side, and the seconds per step split by phase. Labels say what is drawn:
+the metric, its smoothing window as used, what the band is."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from launcher.compare.aggregate import Comparison, axis_offset
+from launcher.compare.report import BAND_NAMES, curve_title, pct
 from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME
 
 
@@ -25,16 +27,23 @@ def _draw(ax, c: Comparison, axis: str) -> None:
             continue
         color = f"C{i % 10}"
         seeds = f"{len(r.runs)} seed{'s' * (len(r.runs) > 1)}"
-        ax.plot(curve.x, curve.mean, color=color, lw=1.8, label=f"{r.label} ({seeds})")
+        # evaluations are sparse: mark each one
+        ax.plot(curve.x, curve.mean, color=color, lw=1.8, label=f"{r.label} ({seeds})",
+                marker="o" if c.metric.held_out else None, ms=3)
         ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.2, lw=0)
-    ax.axhline(c.target, color="0.4", ls=":", lw=1, label=f"{c.baseline} final reward")
+    ax.axhline(c.target, color="0.4", ls=":", lw=1, label="target")
     if axis == s.axis:
         ax.axvline(c.budget - axis_offset(axis), color="0.4", ls="--", lw=1, label="common budget")
     ax.set_xlabel(f"{AXIS_LABELS[axis]} ({AXES[axis]})" if axis != "step" else "step")
-    ax.set_ylabel(f"reward/mean (trailing mean of {s.smooth} steps)")
+    ax.set_ylabel(f"{c.metric.key} ({curve_title(c)})")
     if axis == "gpu_hours":        # tiny on a CPU demo, large on a cluster: scientific ticks stay readable
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 4))
     ax.grid(alpha=0.3)
+
+
+def _band(c: Comparison) -> str:
+    s = c.settings
+    return f"{pct(s.confidence)} interval of the mean" if s.band == "ci" else BAND_NAMES[s.band]
 
 
 def reward_figures(c: Comparison, out_dir: Path) -> dict[str, str]:
@@ -46,7 +55,7 @@ def reward_figures(c: Comparison, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         _draw(ax, c, axis)
         ax.legend(fontsize=8, loc="lower right")
-        ax.set_title(f"reward against {AXIS_LABELS[axis]}")
+        ax.set_title(f"{c.metric.key} against {AXIS_LABELS[axis]}\nband: {_band(c)}", fontsize=10)
         fig.tight_layout()
         name = f"reward_vs_{axis}.png"
         fig.savefig(out_dir / name, dpi=110)
@@ -58,6 +67,7 @@ def reward_figures(c: Comparison, out_dir: Path) -> dict[str, str]:
         if ax is not panels[0][0]:
             ax.set_ylabel("")
     panels[0][-1].legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{c.metric.key}; band: {_band(c)}", fontsize=10)
     fig.tight_layout()
     fig.savefig(out_dir / "reward_curves.png", dpi=110)
     plt.close(fig)

@@ -1,11 +1,16 @@
-"""The comparison as text: Markdown tables (``comparison.md``), every number at full precision (``comparison.json``)."""
+"""The comparison as text: Markdown tables (``comparison.md``), every number at full precision (``comparison.json``).
+
+Titles say what was measured: the metric's name, the smoothing window actually used (``last 2 steps`` for runs of
+2 steps, whatever ``--smooth`` asked for), the confidence of the intervals; thin-evidence warnings come first."""
 from __future__ import annotations
 
 import math
 from typing import Any
 
-from launcher.compare.aggregate import Comparison, GroupResult, Stat
+from launcher.compare import stats
+from launcher.compare.aggregate import Comparison, GroupResult
 from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME, show
+from launcher.compare.stats import Estimate
 
 NOT_REACHED = "not reached"
 BAND_NAMES = {"std": "± std over seeds", "sem": "± standard error over seeds", "minmax": "[min, max] over seeds"}
@@ -13,8 +18,10 @@ BAND_NAMES = {"std": "± std over seeds", "sem": "± standard error over seeds",
 
 def num(v: float | None, digits: int = 4) -> str:
     """Significant digits for costs and compute amounts (GPU-hours on a CPU demo are tiny, on a cluster large)."""
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
+    if math.isinf(v):
+        return "∞"
     return f"{v:.{digits}g}"
 
 
@@ -24,28 +31,70 @@ def rew(v: float | None) -> str:
     return f"{v:.4f}"
 
 
-def with_spread(s: Stat | None, fmt=rew, band: str = "std") -> str:
-    if s is None or s.n == 0:
+def pct(confidence: float) -> str:
+    return f"{confidence * 100:g}%"
+
+
+def with_interval(e: Estimate | None, fmt=rew, say_why: bool = True) -> str:
+    """``mean [lo, hi]``; one seed: ``mean (1 seed)`` (just ``mean`` without ``say_why``)."""
+    if e is None or e.n == 0:
         return "—"
-    if s.n == 1:
-        return fmt(s.mean)
-    if band == "minmax":
-        return f"{fmt(s.mean)} [{fmt(s.lo)}, {fmt(s.hi)}]"
-    return f"{fmt(s.mean)} ± {fmt(s.spread)}"
+    if not e.has_interval:
+        return f"{fmt(e.mean)} ({e.n} seed{'s' * (e.n != 1)})" if say_why else fmt(e.mean)
+    return f"{fmt(e.mean)} [{fmt(e.lo)}, {fmt(e.hi)}]"
+
+
+def tested(e: Estimate | None, verdict: str | None, direction: str, fmt=rew) -> str:
+    """A value with its interval and, for a group other than the baseline, the test against the baseline."""
+    text = with_interval(e, fmt)
+    if verdict is None or e is None or e.n == 0:
+        return text
+    if verdict == stats.SIGNIFICANT:
+        return f"{text}, {direction}, significant"
+    return f"{text}, {verdict}"
 
 
 def unit(axis: str) -> str:
     return {"step": "steps", "wallclock_s": "wall-clock s", "gpu_hours": "GPU-h"}[axis]
 
 
-def _reach(r: GroupResult) -> str:
-    return num(r.reach) if r.reach is not None else f"{NOT_REACHED} (best {rew(r.best)})"
+def window_title(c: Comparison) -> str:
+    """``last 10 steps``, ``last 2 steps`` (runs shorter than the window), ``last evaluation``, ``last 2–10 steps``."""
+    windows = sorted({t.window for r in c.groups for t in r.traces})
+    point = c.metric.point
+    if windows == [1]:
+        return f"last {point}"
+    shown = str(windows[0]) if len(windows) == 1 else f"{windows[0]}–{windows[-1]}"
+    return f"last {shown} {point}s"
 
 
-def _speedup(r: GroupResult, baseline: str) -> str:
+def curve_title(c: Comparison) -> str:
+    """What a curve's point is: ``each evaluation``, or ``trailing mean of up to 2 steps`` (at most what runs have)."""
+    widest = min(c.smooth, max(t.points for r in c.groups for t in r.traces))
+    return f"each {c.metric.point}" if widest == 1 else f"trailing mean of up to {widest} {c.metric.point}s"
+
+
+def _reach(r: GroupResult, c: Comparison) -> str:
+    if r.reach is None:
+        by = f" by {len(r.runs) - r.reached} of {len(r.runs)} seeds" if r.reached else ""
+        return f"{NOT_REACHED}{by} (best {rew(r.best)})"
+    return with_interval(r.reach, num)
+
+
+def _speedup(r: GroupResult, c: Comparison) -> str:
+    if r.label == c.baseline:
+        return "1.00× (baseline)"
     if r.speedup is None:
         return "—"
-    return f"{r.speedup:.2f}×" + (" (baseline)" if r.label == baseline else "")
+    text = f"{r.speedup:.2f}×"
+    if math.isnan(r.speedup_lo):
+        seeds = min(len(r.runs), len(next(g for g in c.groups if g.label == c.baseline).runs))
+        return f"{text} (no interval: {seeds} seed), {stats.UNTESTED}"
+    text += f" [{r.speedup_lo:.2f}, {num(r.speedup_hi, 3) if math.isinf(r.speedup_hi) else f'{r.speedup_hi:.2f}'}]"
+    verdict = r.verdicts["reach"]
+    if verdict == stats.SIGNIFICANT:
+        return f"{text}, {'faster' if r.speedup > 1 else 'slower'}, significant"
+    return f"{text}, {verdict}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -54,43 +103,59 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def _steps(r: GroupResult) -> str:
-    lo, hi = min(r.steps), max(r.steps)
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
     return str(lo) if lo == hi else f"{lo}–{hi}"
 
 
 def outcome_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    s, u = c.settings, unit(c.settings.axis)
-    header = ["group", "seeds", "steps", f"final reward (last {s.smooth} steps)", f"reward at {num(c.budget)} {u}",
+    s, u, key = c.settings, unit(c.settings.axis), c.metric.key
+    held_out = c.metric.held_out
+    header = ["group", "seeds", "steps", *(["evaluations"] if held_out else []),
+              f"final {key} ({window_title(c)}), {pct(s.confidence)} interval", f"{key} at {num(c.budget)} {u}",
               f"{u} to reach {rew(c.target)}", f"speedup vs {c.baseline}", f"total {u}"]
-    rows = [[r.label, str(len(r.runs)), _steps(r), with_spread(r.final, band=s.band),
-             with_spread(r.at_budget, band=s.band), _reach(r), _speedup(r, c.baseline),
-             with_spread(r.total[s.axis], num, s.band)] for r in c.groups]
+    rows = []
+    for r in c.groups:
+        base = r.label == c.baseline
+
+        def test(key_: str, e, direction):
+            return tested(e, None if base else r.verdicts[key_], direction)
+
+        rows.append([r.label, str(len(r.runs)), _span(r.steps), *([_span(r.points)] if held_out else []),
+                     test("final", r.final, "higher" if r.final.mean > _base(c).final.mean else "lower"),
+                     test("at_budget", r.at_budget,
+                          "higher" if r.at_budget.mean > _base(c).at_budget.mean else "lower"),
+                     _reach(r, c), _speedup(r, c), with_interval(r.total[s.axis], num)])
     return header, rows
 
 
+def _base(c: Comparison) -> GroupResult:
+    return next(r for r in c.groups if r.label == c.baseline)
+
+
 def cost_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    band = c.settings.band
     header = ["group", "s / step", "rollout s", "reward s", "update s", "transformer fwd / step",
               "transformer bwd / step", "total wall-clock s", "total GPU-h"]
     rows = []
     for r in c.groups:
         p = r.per_step
-        # the spread of s/step says how steady the timing is; phase means are enough to see where time goes
-        rows.append([r.label, with_spread(p[STEP_TIME], num, band), *(num(p[k].mean) for k in (*PHASES, *COUNTS)),
-                     *(with_spread(r.total.get(a), num, band) for a in ("wallclock_s", "gpu_hours"))])
+        # the interval of s/step says how steady the timing is; phase means are enough to see where time goes
+        rows.append([r.label, with_interval(p[STEP_TIME], num, False), *(num(p[k].mean) for k in (*PHASES, *COUNTS)),
+                     *(with_interval(r.total.get(a), num, False) for a in ("wallclock_s", "gpu_hours"))])
     return header, rows
 
 
 def runs_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     u = unit(c.settings.axis)
-    header = ["group", "seed", "run", "steps", "final reward", f"total {u}", "source"]
+    header = ["group", "seed", "run", "steps", *(["evaluations"] if c.metric.held_out else []),
+              f"final {c.metric.key}", f"total {u}", "source"]
     rows = []
     for r in c.groups:
         for t in sorted(r.traces, key=lambda t: show(t.run.seed)):
             total = t.total(c.settings.axis) if c.settings.axis in t.x else None
-            rows.append([r.label, show(t.run.seed), t.run.name, str(len(t.reward)), rew(t.final), num(total),
-                         t.run.source])
+            rows.append([r.label, show(t.run.seed), t.run.name, str(t.steps),
+                         *([str(t.points)] if c.metric.held_out else []),
+                         f"{rew(t.final)} (last {t.window})", num(total), t.run.source])
     return header, rows
 
 
@@ -98,11 +163,18 @@ def markdown(c: Comparison, context: dict[str, str], sources: list[str], figures
              title: str = "Method comparison") -> str:
     s = c.settings
     n_runs = sum(len(r.runs) for r in c.groups)
+    band = (f"the curves' bands are {pct(s.confidence)} intervals of the mean" if s.band == "ci"
+            else f"the curves' bands are {BAND_NAMES[s.band]}")
     lines = [f"# {title}", "",
              f"{n_runs} runs in {len(c.groups)} groups from {', '.join(sources)}. "
              f"Model `{context['model.name']}`, reward `{context['reward.name']}`, prompts `{context['data.name']}`. "
-             f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); spreads are {BAND_NAMES[s.band]}.", "",
-             "## Reward at equal compute", ""]
+             f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); figures over seeds are means with "
+             f"{pct(s.confidence)} intervals [low, high]; {band}.", "",
+             f"Metric: {c.metric.how_chosen}", ""]
+    if c.warnings:
+        lines += ["## Read this first: thin evidence", ""] + [f"- **{w.kind}**: {w.message}" for w in c.warnings]
+        lines += [""]
+    lines += ["## Outcome at equal compute", ""]
     lines += _table(*outcome_table(c))
     lines += ["", "## Cost per step", ""]
     lines += _table(*cost_table(c))
@@ -115,56 +187,87 @@ def markdown(c: Comparison, context: dict[str, str], sources: list[str], figures
 
 
 def notes(c: Comparison) -> list[str]:
-    s, u = c.settings, unit(c.settings.axis)
+    s, u, m = c.settings, unit(c.settings.axis), c.metric
+    conf = pct(s.confidence)
+    smoothing = (f"Curves are `{m.key}` at each logged {m.point} (no smoothing)" if c.smooth == 1 else
+                 f"Curves are `{m.key}` smoothed by a trailing mean over the last {c.smooth} logged {m.point}s "
+                 f"(fewer at a run's start and in runs with fewer points: the column titles give the window used)")
     out = [
-        f"Reward curves are `reward/mean` smoothed by a trailing mean over the last {s.smooth} logged steps; a run's "
-        f"final reward is that curve's last value. Steps whose reward was NaN (skipped updates) are left out.",
+        f"{smoothing}; a run's final value is that curve's last value. Points without a value (skipped updates"
+        f"{', steps without an evaluation' if m.held_out else ''}) are left out.",
+        f"Over seeds, each figure is the mean with a {conf} interval: "
+        + {"auto": f"Student's t (mean ± t·s/√n, s the sample std) below {stats.BOOTSTRAP_FROM_SEEDS} seeds, a "
+                   f"percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples) from "
+                   f"{stats.BOOTSTRAP_FROM_SEEDS} on",
+           "t": "Student's t (mean ± t·s/√n, s the sample std), chosen with --interval t",
+           "bootstrap": f"a percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples), chosen with "
+                        f"--interval bootstrap"}[s.interval]
+        + "; one seed has no interval.",
+        f"Test against the baseline `{c.baseline}`: a difference is *significant* when the two {conf} intervals "
+        f"do not overlap and *not significant* when they do; *untested* when a side has one seed. The test is "
+        f"conservative (two non-overlapping 95% intervals imply p < 0.05, about p < 0.006 for equal errors): "
+        f"*not significant* means not shown, not equal.",
         "Group curves: seeds that logged the same steps are averaged step by step, at the seeds' mean compute for "
-        "that step (so a group reaches its final reward at its mean total compute); otherwise each seed's curve is "
-        "linearly interpolated onto the union of the seeds' logged x-values and a seed that has ended keeps its "
-        "final value.",
-        f"Reward at {num(c.budget)} {u}: each seed's curve at that budget, averaged over seeds. "
+        "that step; otherwise each seed's curve is linearly interpolated onto the union of the seeds' logged "
+        "x-values and a seed that has ended keeps its final value.",
+        f"Value at {num(c.budget)} {u}: each seed's curve at that budget. "
         + ("The budget was given with --budget." if s.budget is not None else
            "The budget is the smallest total compute of any run compared, so every run reached it."),
-        f"{u} to reach {rew(c.target)} (the final reward of the baseline `{c.baseline}`): the first point where the "
-        f"group's mean curve reaches it (linear between logged points); `{NOT_REACHED}` gives the best value of the "
-        f"mean curve. Speedup = the baseline's {u} to reach it / the group's (> 1: fewer {u} for the same reward).",
+        f"{u} to reach {rew(c.target)} ("
+        + ("given with --target" if s.target is not None else
+           f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
+           f"reached")
+        + f"): per seed, the first point where its curve reaches it (linear between logged points), then the mean "
+          f"over seeds (an interval reaching below 0, as a t-interval over few seeds can, is cut at 0); "
+          f"`{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the group's mean "
+          f"curve). Speedup = the baseline's mean {u} to reach it / the group's (> 1: fewer {u} for the same "
+          f"value); its interval is [baseline low / group high, baseline high / group low], every ratio of values "
+          f"inside the two intervals, so it excludes 1 exactly when the test calls the difference significant.",
         f"Per-step timings are means over steps (the first {s.warmup_steps} left out as warm-up), then over seeds; "
         f"transformer passes are counted per sample on the model (a batch of B rows counts B).",
     ]
     if s.axis == "step":
         out.append("On the step axis, compute is the number of steps done (last logged step + 1).")
     if c.budget_runs_ended_before:
-        out.append(f"Runs that ended before the budget count with their final reward: "
+        out.append(f"Runs that ended before the budget count with their final value: "
                    f"{', '.join(c.budget_runs_ended_before)}.")
     return out
 
 
-def _stat(s: Stat | None) -> dict[str, Any] | None:
-    if s is None:
+def _est(e: Estimate | None) -> dict[str, Any] | None:
+    if e is None:
         return None
-    return {"mean": _f(s.mean), "lo": _f(s.lo), "hi": _f(s.hi), "spread": _f(s.spread), "n": s.n,
-            "values": [_f(v) for v in s.values]}
+    return {"mean": _f(e.mean), "lo": _f(e.lo), "hi": _f(e.hi), "n": e.n, "interval": e.method, "std": _f(e.std),
+            "values": [_f(v) for v in e.values]}
 
 
 def _f(v):
-    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else v
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    return "inf" if isinstance(v, float) and math.isinf(v) else v
 
 
 def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures: dict[str, str]) -> dict[str, Any]:
-    s = c.settings
+    s, th = c.settings, c.settings.thresholds
     return {
-        "settings": {"axis": s.axis, "axis_metric": AXES[s.axis], "smooth": s.smooth, "band": s.band,
-                     "warmup_steps": s.warmup_steps, "budget_given": s.budget},
+        "settings": {"axis": s.axis, "axis_metric": AXES[s.axis], "smooth": c.smooth, "smooth_given": s.smooth,
+                     "band": s.band, "warmup_steps": s.warmup_steps, "budget_given": s.budget,
+                     "target_given": s.target, "confidence": s.confidence, "interval": s.interval,
+                     "min_seeds": th.min_seeds, "min_points": th.min_points, "max_step_cv": th.max_step_cv},
+        "metric": {"key": c.metric.key, "held_out": c.metric.held_out, "how_chosen": c.metric.how_chosen},
+        "warnings": [{"kind": w.kind, "message": w.message} for w in c.warnings],
         "context": context, "sources": sources, "figures": figures,
-        "baseline": c.baseline, "budget": c.budget, "target_reward": c.target,
+        "baseline": c.baseline, "budget": c.budget, "target": c.target,
         "groups": [{
-            "label": r.label, "seeds": len(r.runs), "steps": r.steps, "final_reward": _stat(r.final),
-            "reward_at_budget": _stat(r.at_budget), "reach": _f(r.reach), "best": _f(r.best),
-            "speedup": _f(r.speedup), "total": {a: _stat(v) for a, v in r.total.items()},
-            "per_step": {k: _stat(v) for k, v in r.per_step.items()},
+            "label": r.label, "seeds": len(r.runs), "steps": r.steps, "points": r.points,
+            "final": _est(r.final), "at_budget": _est(r.at_budget), "reach": _est(r.reach),
+            "reached": r.reached, "reached_at_first": r.reached_at_first, "best": _f(r.best),
+            "speedup": _f(r.speedup), "speedup_interval": [_f(r.speedup_lo), _f(r.speedup_hi)],
+            "verdicts": None if r.label == c.baseline else r.verdicts,
+            "total": {a: _est(v) for a, v in r.total.items()},
+            "per_step": {k: _est(v) for k, v in r.per_step.items()},
             "runs": [{"id": t.run.run_id, "name": t.run.name, "source": t.run.source, "seed": t.run.seed,
-                      "group": t.run.group, "steps": len(t.reward), "final_reward": t.final,
-                      "total": {a: t.total(a) for a in t.x}} for t in r.traces],
+                      "group": t.run.group, "steps": t.steps, "points": t.points, "window": t.window,
+                      "final": t.final, "total": {a: t.total(a) for a in t.x}} for t in r.traces],
         } for r in c.groups],
     }
