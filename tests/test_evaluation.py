@@ -9,7 +9,7 @@ import re
 import pytest
 import torch
 
-from conftest import compose
+from conftest import compose, group_options
 from hydra.errors import ConfigCompositionException
 
 from launcher.trainer import RunInfo, Trainer
@@ -18,7 +18,7 @@ from rewardflow.errors import ConfigError
 
 # smoke scale (2 prompts x 2 generations, 6 sampling steps) with the demo's held-out evaluation every 2 steps
 SMOKE = ["experiment=smoke", "logger=none", "trainer.export=false", "eval.every=2", "eval.samples_per_prompt=1"]
-METHODS = ["dance_grpo", "flow_grpo", "flow_grpo_fast", "jagg", "flash_grpo", "eam", "adjoint_matching"]
+METHODS = group_options("method")          # every method option, the worked examples of docs/extending.md included
 
 
 def rows(run_dir, kind):
