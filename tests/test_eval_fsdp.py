@@ -26,6 +26,9 @@ def _ranks(rank, world, run_dir):
     from launcher.trainer import RunInfo, Trainer
 
     cfg = compose(RUN)
+    # the ranks are spawned here (tests/dist_utils.py), not by submitit: cluster=local with the multi-rank keys
+    cfg.cluster = compose(["cluster=local_multi"]).cluster
+    cfg.cluster.name = "local"
     trainer = Trainer(cfg, RunInfo(run_dir=run_dir))
     shards = []
     for p, avg in zip(trainer.params, trainer.ema.averages):
