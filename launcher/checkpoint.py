@@ -4,7 +4,8 @@ Layout under ``<run_dir>/checkpoints/``::
 
     step_00000050/            a complete checkpoint (visible only once whole)
         .metadata, __*_0.distcp   DCP shards: trainable weights (full model or LoRA adapter) + optimizer
-                                  (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy)
+                                  (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy,
+                                  and the trainer's other states: the EMA of the weights, the LR schedule)
         rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python) as tensors and plain values
         meta.json             step, data position, W&B run id, cumulative wall-clock, world size
         COMPLETE              written last, before the rename
@@ -106,9 +107,13 @@ class CheckpointManager:
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             meta: dict[str, Any], extra: dict[str, torch.Tensor] | None = None) -> Path:
+             meta: dict[str, Any], extra: dict[str, torch.Tensor] | None = None,
+             states: dict[str, Any] | None = None) -> Path:
         """Collective: every rank must call it with the same ``step``. ``extra``: more tensors (possibly
-        DTensors) saved under ``method``."""
+        DTensors) saved under ``method``. ``states``: more stateful objects by name (``state_dict`` /
+        ``load_state_dict``, e.g. an EMA whose tensors are sharded like the weights, a torch LR scheduler), saved in
+        the same DCP checkpoint; ``meta.json`` lists their names."""
+        states = dict(states or {})
         t0 = time.perf_counter()
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
@@ -118,12 +123,13 @@ class CheckpointManager:
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
         with _dcp_quiet():
-            dcp.save({"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})},
+            dcp.save({"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {}), **states},
                      checkpoint_id=str(tmp), no_dist=_single_process())
         rng_state.save(_rank_file(tmp, self.world.rank))
         barrier()
         if self.world.is_main:
-            _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size}))
+            _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size,
+                                                        "states": sorted(states)}))
             _fsync_write(tmp / MARKER, f"{step}\n")
             if final.exists():                            # a re-save of the same step (replayed after resume)
                 shutil.rmtree(final)
@@ -162,9 +168,10 @@ class CheckpointManager:
         return None
 
     def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
-        """Restore weights, optimizer, the ``extra`` tensors (in place) and this rank's RNG state; return the
-        checkpoint's meta.
+             extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Restore weights, optimizer, the ``extra`` tensors (in place), the ``states`` the checkpoint holds (its
+        meta's ``states``; a checkpoint without one leaves that object as it is) and this rank's RNG state; return
+        the checkpoint's meta.
 
         Collective. Every file is read as plain data (see :mod:`launcher.safe_dcp`); a checkpoint of another world
         size is a :class:`ConfigError`.
@@ -176,7 +183,9 @@ class CheckpointManager:
                               f"(cluster.tasks_per_node x cluster.nodes), or trainer.resume=false to start over")
         opts = StateDictOptions(ignore_frozen_params=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
-        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})}
+        saved = set(meta.get("states", []))
+        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {}),
+                 **{k: v for k, v in (states or {}).items() if k in saved}}
         with _dcp_quiet():
             dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(),
                      no_dist=_single_process())
@@ -188,7 +197,8 @@ class CheckpointManager:
 
     def load_newest_usable(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                            candidates: list[Path] | None = None, set_aside: bool = True,
-                           extra: dict[str, torch.Tensor] | None = None) -> tuple[Path, dict[str, Any]] | None:
+                           extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None
+                           ) -> tuple[Path, dict[str, Any]] | None:
         """Load the newest of ``candidates`` (default: this run's complete checkpoints) that loads; None if there are
         none. A damaged one is skipped with a warning naming it and, with ``set_aside``, renamed out of the set
         (so that pruning never keeps it in place of a good one). Collective: rank 0 checks, every rank loads, and
@@ -199,7 +209,7 @@ class CheckpointManager:
             reason = broadcast_object(self.problem(path) if self.world.is_main else None)
             if reason is None:
                 try:
-                    meta = self.load(path, model, optimizer, extra)
+                    meta = self.load(path, model, optimizer, extra, states)
                 except ConfigError:
                     raise
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - damage the cheap check missed

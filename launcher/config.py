@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
+from launcher.eval_config import EvalConfig
 from launcher.trainer_config import OptimizerConfig, TrainerConfig
 
 #: the packages whose ``*_config`` modules hold component configs
@@ -36,6 +37,7 @@ class TrainConfig:
     logger: Any = MISSING
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     task_name: str = "train"
     output_root: str = "outputs"
 

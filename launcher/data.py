@@ -1,7 +1,8 @@
 """Prompt sources: an inline list (``data=demo``) or a .txt / .jsonl file (``data=file``).
 
 Batches are a pure function of (seed, step): epoch e is a permutation seeded by (seed, e), so a resumed run sees
-exactly the prompts it would have seen, with no data-loader state to save.
+exactly the prompts it would have seen, with no data-loader state to save. ``eval.split=N`` holds N prompts out of
+training (:func:`split_prompts`) for the held-out evaluation.
 """
 from __future__ import annotations
 
@@ -10,15 +11,34 @@ from typing import Any
 import torch
 
 from launcher.data_config import DataConfig
-from rewardflow.errors import ConfigErrors
+from rewardflow.errors import ConfigError, ConfigErrors
 from rewardflow.prompts import load_prompts
 
 
-class PromptSource:
-    """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step."""
+#: seed of the held-out split: fixed, so every method and seed trains and evaluates on the same prompts
+SPLIT_SEED = 0
 
-    def __init__(self, cfg: DataConfig, seed: int = 0):
-        self.prompts = load_prompts(cfg.prompts, cfg.path, cfg.field, cfg.encoding)
+
+def split_prompts(prompts: list[str], held_out: int) -> tuple[list[str], list[str]]:
+    """``(train, held_out)``: ``held_out`` prompts drawn by a fixed permutation (not ``trainer.seed``), both parts
+    in file order. The split depends only on the prompt list and N, so turning evaluation on or off, or changing the
+    seed, never changes the training prompts."""
+    if held_out <= 0:
+        return list(prompts), []
+    if held_out >= len(prompts):
+        raise ConfigError(f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
+                          f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt")
+    order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
+    chosen = set(order[:held_out])
+    return ([p for i, p in enumerate(prompts) if i not in chosen], [p for i, p in enumerate(prompts) if i in chosen])
+
+
+class PromptSource:
+    """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step; ``held_out`` prompts
+    (``eval.split``) are left out of training (:func:`split_prompts`)."""
+
+    def __init__(self, cfg: DataConfig, seed: int = 0, held_out: int = 0):
+        self.prompts = split_prompts(load_prompts(cfg.prompts, cfg.path, cfg.field, cfg.encoding), held_out)[0]
         self.shuffle = cfg.shuffle
         self.seed = seed
 

@@ -23,8 +23,9 @@ def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Pa
     return path
 
 
-def plot_reward_curve(history: list[dict], path: str | Path, title: str = "") -> Path:
-    """``reward/mean`` (± std band) against step and against wall-clock seconds, side by side."""
+def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", eval_key: str | None = None) -> Path:
+    """``reward/mean`` (± std band) against step and against wall-clock seconds, side by side; with ``eval_key``
+    (e.g. ``eval/color/mean``) the held-out evaluations too, as markers at their compute."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,6 +43,11 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "") ->
                         color="C0", alpha=0.2, lw=0)
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
+    evals = [r for r in history if eval_key and r.get(eval_key) is not None]
+    if evals:
+        for ax, x in ((axes[0], [r["step"] for r in evals]), (axes[1], [r["time/wallclock_s"] for r in evals])):
+            ax.plot(x, [r[eval_key] for r in evals], "o-", color="C1", lw=1.2, ms=4, label=f"{eval_key} (held out)")
+        axes[0].legend(loc="lower right", fontsize=8)
     axes[0].set_ylabel("reward (mean ± std over samples)")
     fig.suptitle(title)
     fig.tight_layout()

@@ -68,16 +68,18 @@ def check_resume_from(cfg: Any) -> None:
 
 
 def load_start_point(cfg: DictConfig, checkpoints, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     extra: dict[str, torch.Tensor] | None = None) -> StartPoint | None:
-    """Load the run's start point (module docstring) into ``model``, ``optimizer`` and the method's ``extra``
-    tensors through ``checkpoints`` (the run's :class:`~launcher.checkpoint.CheckpointManager`); None for step 0."""
+                     extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None
+                     ) -> StartPoint | None:
+    """Load the run's start point (module docstring) into ``model``, ``optimizer``, the method's ``extra``
+    tensors and the trainer's ``states`` (EMA, LR schedule) through ``checkpoints`` (the run's
+    :class:`~launcher.checkpoint.CheckpointManager`); None for step 0."""
     from launcher.checkpoint import CheckpointManager, NoUsableCheckpoint
 
     t = cfg.trainer
     if not t.resume:
         _set_aside_old_checkpoints(checkpoints)
     else:
-        loaded = checkpoints.load_newest_usable(model, optimizer, extra=extra)
+        loaded = checkpoints.load_newest_usable(model, optimizer, extra=extra, states=states)
         if loaded is not None:
             if t.get("resume_from") and checkpoints.world.is_main:
                 log.info("%s is not used: this run dir has its own checkpoints, so the run continues from its own "
@@ -88,7 +90,8 @@ def load_start_point(cfg: DictConfig, checkpoints, model: torch.nn.Module, optim
     candidates = resume_from_candidates(str(t.resume_from))
     other = CheckpointManager(candidates[0].parent, checkpoints.world)
     try:
-        path, meta = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra)
+        path, meta = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra,
+                                              states=states)
     except NoUsableCheckpoint as e:
         raise ConfigError(f"{KEY}={t.resume_from}: {e}") from None
     if checkpoints.world.is_main:

@@ -1,7 +1,8 @@
 """Per-step metrics to ``metrics.jsonl`` in the run directory and, when configured, to a dashboard backend.
 
 The metric names are a public interface (docs/metrics.md): ``step``, ``reward/*``, ``adv/*``, ``loss``,
-``policy/*``, ``grad_norm``, ``lr``, ``time/*``, ``count/*``, ``health/*``.
+``policy/*``, ``grad_norm``, ``lr``, ``time/*``, ``count/*``, ``health/*``; and ``eval/*`` in the rows of the held-out
+evaluation (docs/evaluation.md), which are rows of their own.
 """
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ class RunLogger:
     backend is dropped with a warning. On resume, the backend reports the last step it really holds
     (``backend.last_step()``) and the logger backfills every later row of ``metrics.jsonl`` into the same run, so
     the dashboard ends with each step exactly once.
+
+    An evaluation row (one with ``eval/*`` keys, :meth:`log_eval`) shares its step with the training row of that
+    step (it measures the model before that step trains), so the two kinds are deduplicated separately: each
+    evaluation point, like each training step, is written once however often a resumed run replays it.
     """
 
     def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
@@ -34,13 +39,15 @@ class RunLogger:
         self.backend = backend
         self.enabled = enabled
         self.history: list[dict] = []
-        self.last_logged_step = -1
+        self.last_logged_step = -1            # of training rows
+        self.last_eval_step = -1              # of evaluation rows
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.metrics_path.exists():
             self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
-            self.last_logged_step = max((int(r["step"]) for r in self.history), default=-1)
+            self.last_logged_step = max((int(r["step"]) for r in self.history if not is_eval_row(r)), default=-1)
+            self.last_eval_step = max((int(r["step"]) for r in self.history if is_eval_row(r)), default=-1)
             self._backfill()
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
@@ -70,6 +77,16 @@ class RunLogger:
     def log(self, metrics: dict[str, float]) -> None:
         if not self.enabled or int(metrics["step"]) <= self.last_logged_step:
             return
+        self._write(metrics)
+
+    def log_eval(self, metrics: dict[str, float]) -> None:
+        """An evaluation row (its own row, ``eval/*`` keys and the compute axes); written once per step."""
+        if not self.enabled or int(metrics["step"]) <= self.last_eval_step:
+            return
+        self.last_eval_step = int(metrics["step"])
+        self._write(metrics)
+
+    def _write(self, metrics: dict[str, float]) -> None:
         row = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.history.append(row)
@@ -90,3 +107,8 @@ class RunLogger:
                 self.backend.finish(exit_code)
             except Exception as e:  # noqa: BLE001
                 log.warning("dashboard finish failed (%s); metrics are in %s", e, self.metrics_path)
+
+
+def is_eval_row(row: dict) -> bool:
+    """Whether a metrics row is a held-out evaluation's (:meth:`RunLogger.log_eval`)."""
+    return any(k.startswith("eval/") for k in row)

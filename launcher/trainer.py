@@ -1,10 +1,12 @@
 """The one trainer loop every method plugs into: rollout -> reward -> advantages -> updates (methods/base.py).
 
-It owns what is common to all methods: seeding, the optimizer and gradient clipping, the NaN/Inf guard, phase
-timers and transformer-pass counters, metrics, image grids and the reward curve.
+It owns what is common to all methods: seeding, the optimizer, its learning-rate schedule and gradient clipping,
+the EMA of the weights, the NaN/Inf guard, phase timers and transformer-pass counters, metrics, image grids, the
+held-out evaluation (launcher/evaluation.py) and the reward curve.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -13,13 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from launcher import preemption
 from launcher.checkpoint import CheckpointManager
 from launcher.components import build, component_class
 from launcher.device_check import placement, rank_and_world_size
+from launcher.ema import ParameterEMA
+from launcher.evaluation import Evaluator
+from launcher.lr_schedule import build_lr_schedule, build_optimizer
 from launcher.mesh import build_mesh, describe
 from launcher.node_cache import cache_builders_first
 from launcher.plots import plot_reward_curve, save_image_grid
@@ -118,11 +122,13 @@ class Trainer:
             log.info("FSDP2 mesh: %s", describe(mesh))
         self.method = method_cls(method_cfg, self.backbone)
         self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
-        self.data = build(cfg.data, "data", seed=t.seed)
+        self.data = build(cfg.data, "data", seed=t.seed, held_out=int(cfg.eval.split))
         self.params = list(self.backbone.trainable_parameters())
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
-        self.optimizer = instantiate(cfg.optimizer)(self.params)
+        self.optimizer = build_optimizer(cfg.optimizer, self.params)
+        self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
+        self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
         self.counter = NFECounter(self.backbone.transformer_modules())
         self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
@@ -132,6 +138,8 @@ class Trainer:
         wandb_id = self._resume()
         self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
                                 resume=self.start_step > 0, enabled=self.world.is_main)
+        self.evaluator = (Evaluator(cfg, self.backbone, self.reward, self.world, self.logger, info.run_dir,
+                                    self.ema if cfg.eval.use_ema else None) if cfg.eval.every else None)
         n_params = sum(p.numel() for p in self.params)
         log.info("method=%s model=%s reward=%s | %d trainable parameters | %d samples/step on %d rank(s) | "
                  "run dir %s", cfg.method.name, cfg.model.name, cfg.reward.name, n_params,
@@ -144,11 +152,14 @@ class Trainer:
     def _resume(self) -> str | None:
         """Load the run's start point (launcher/resume.py); return the W&B run id to continue, if any."""
         start = load_start_point(self.cfg, self.checkpoints, self.backbone.transformer, self.optimizer,
-                                 extra=self.method.state_dict())
+                                 extra=self.method.state_dict(), states=self._states())
         own_id = self._wandb_id_file()
         wandb_id = own_id.read_text().strip() if self.cfg.trainer.resume and own_id.exists() else None
         if start is None:
             return wandb_id
+        if self.ema is not None and "ema" not in start.meta.get("states", []):
+            log.warning("checkpoint %s holds no EMA of the weights: the EMA restarts from them", start.checkpoint)
+            self.ema = ParameterEMA(self.backbone.transformer, self.params, float(self.cfg.trainer.ema_decay))
         self.start_step = int(start.meta["step"]) + 1
         self.wallclock = float(start.meta.get("wallclock_s", 0.0))
         log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
@@ -164,7 +175,12 @@ class Trainer:
         meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
                 "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
         return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta,
-                                     extra=self.method.state_dict())
+                                     extra=self.method.state_dict(), states=self._states())
+
+    def _states(self) -> dict:
+        """What a checkpoint holds besides the weights, the optimizer and the method's state: the LR schedule, the
+        EMA."""
+        return {"lr_schedule": self.lr_schedule, **({"ema": self.ema} if self.ema is not None else {})}
 
     def _build_backend(self, run_id: str | None):
         lcfg = self.cfg.logger
@@ -232,6 +248,7 @@ class Trainer:
             "count/transformer_fwd": int(counts[0]),      # summed over ranks: the step's total transformer work
             "count/transformer_bwd": int(counts[1]),
         })
+        self.lr_schedule.step()                          # the next step's learning rate (``lr`` is this step's)
         self.logger.log(metrics)
         every = cfg.trainer.sample_every
         if every and world.is_main and (step % every == 0 or step == cfg.trainer.steps - 1):
@@ -266,6 +283,8 @@ class Trainer:
                 continue
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+            if self.ema is not None:
+                self.ema.update()
             grad_norms.append(norm)
             n_samples += update_size
             for k, v in stats.items():
@@ -316,6 +335,7 @@ class Trainer:
         exit_code = 1
         try:
             for step in bar:
+                self._evaluate(step)
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
                 step_log(m)
@@ -330,6 +350,7 @@ class Trainer:
                     return float("nan")
                 if t.ckpt_every and (step + 1) % t.ckpt_every == 0 and not last:
                     self.save_checkpoint(step)
+            self._evaluate(steps)
             exit_code = 0
         finally:
             lost = self.run_lock is not None and self.run_lock.lost
@@ -337,8 +358,14 @@ class Trainer:
                 self._finish(exit_code)
             if self.run_lock is not None:
                 self.run_lock.release()
-        last = self.logger.history[-1].get("reward/mean") if self.logger.history else None
+        rows = [r for r in self.logger.history if "reward/mean" in r]      # evaluation rows have no reward/mean
+        last = rows[-1]["reward/mean"] if rows else None
         return float("nan") if last is None else float(last)     # a non-finite reward is logged as null
+
+    def _evaluate(self, step: int) -> None:
+        """The held-out evaluation of the model after ``step`` training steps, when due (launcher/evaluation.py)."""
+        if self.evaluator is not None:
+            self.evaluator.maybe_run(step, self.wallclock)
 
     def _export(self) -> None:
         """The fine-tuned weights in the family's own format (a peft adapter or a diffusers transformer folder), next
@@ -350,9 +377,12 @@ class Trainer:
                 log.info("model=%s has no export format (trainer.export skipped); its DCP checkpoint holds the "
                          "weights", self.cfg.model.name)
             return
-        out = self.backbone.save_pretrained(self.info.run_dir / "export")
+        ema = self.cfg.trainer.export_ema
+        with self.ema.applied() if ema else contextlib.nullcontext():
+            out = self.backbone.save_pretrained(self.info.run_dir / "export")
         if self.world.is_main:
-            log.info("exported the fine-tuned weights to %s (see rewardflow_export.json for how to load them)", out)
+            log.info("exported the fine-tuned %sweights to %s (see rewardflow_export.json for how to load them)",
+                     "EMA " if ema else "", out)
 
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
@@ -363,7 +393,8 @@ class Trainer:
             return
         if self.logger.history:
             plot_reward_curve(self.logger.history, self.info.run_dir / "reward_curve.png",
-                              title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}")
+                              title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}",
+                              eval_key=f"eval/{self.cfg.reward.name}/mean")
         backend = self.logger.backend
         self.logger.finish(exit_code)
         where = f"; W&B ({backend.mode}): {backend.location}" if backend is not None else ""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Optional
 
 
@@ -21,6 +22,16 @@ class TrainerConfig:
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
     resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
+    ema_decay: float = 0.0            # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
+    export_ema: bool = False          # export the EMA weights instead of the trained ones (needs ema_decay > 0)
+
+
+class LRSchedule(StrEnum):
+    """Learning rate per trainer step (launcher/lr_schedule.py)."""
+
+    constant = "constant"                   # optimizer.lr throughout (the baselines' recipes)
+    warmup_constant = "warmup_constant"     # linear warmup over optimizer.warmup_steps, then optimizer.lr
+    warmup_cosine = "warmup_cosine"         # the same warmup, then a cosine down to 0 at the last step
 
 
 @dataclass
@@ -31,3 +42,5 @@ class OptimizerConfig:
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     weight_decay: float = 1e-4
     eps: float = 1e-8
+    scheduler: LRSchedule = LRSchedule.constant
+    warmup_steps: int = 0             # warmup_*: lr ramps linearly over the first N trainer steps (N >= 1)

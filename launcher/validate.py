@@ -14,8 +14,12 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from launcher import lr_schedule
 from launcher.components import component_class
+from launcher.data import split_prompts
 from launcher.device_check import check_devices
+from launcher.ema import ParameterEMA
+from launcher.evaluation import Evaluator
 from launcher.mesh import check_mesh_config
 from launcher.resume import check_resume_from
 from launcher.strict_keys import check_keys
@@ -27,7 +31,8 @@ COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
 def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
-    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the run's prompts.
+    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the prompts the run
+    trains on (without the ``eval.split`` held out for evaluation).
 
     ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
     which the job repeats on its node."""
@@ -50,8 +55,10 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         cls.check(run, errors)
     if not errors.messages:                                 # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
+    Evaluator.check(run, errors)
     errors.raise_if_any()
-    return load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding)
+    return split_prompts(load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding),
+                         run.eval.split)[0]
 
 
 def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
@@ -67,6 +74,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
                    f"must be a finite number > 0 (got {cfg.optimizer.lr}). Fix: e.g. optimizer.lr=1e-5")
     errors.require(t.log_every >= 0, "trainer.log_every",
                    f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
+    lr_schedule.check(cfg, errors)
+    ParameterEMA.check(cfg, errors)
     with errors.collect():
         check_resume_from(cfg)
     with errors.collect():

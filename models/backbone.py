@@ -54,6 +54,9 @@ class Backbone(abc.ABC):
     transformer: nn.Module
     device: torch.device
     name: str = "backbone"
+    #: the attribute holding the guidance that :meth:`velocity` applies (``guidance_scale``: true CFG; FLUX.1-dev:
+    #: ``guidance``, its distilled guidance embedding); None: the family has no guidance
+    guidance_attr: str | None = None
     #: :meth:`decode` returns frames (B, F, 3, H, W) rather than images (B, 3, H, W)
     video: bool = False
 
@@ -105,6 +108,23 @@ class Backbone(abc.ABC):
         """Context in which :meth:`velocity` evaluates the frozen reference (pretrained) policy."""
         raise NotImplementedError(f"{type(self).__name__} keeps no reference policy")
         yield  # pragma: no cover
+
+    @contextlib.contextmanager
+    def guidance_override(self, value: float | None) -> Iterator[None]:
+        """Context in which :meth:`velocity` (and :meth:`encode_prompts`, which adds the negative prompt when CFG
+        turns on) uses guidance ``value``; None keeps the configured one. Evaluation samples with the family's
+        inference guidance this way, whatever the training guidance is (``eval.guidance``)."""
+        if value is None:
+            yield
+            return
+        if self.guidance_attr is None:
+            raise ValueError(f"{type(self).__name__} has no guidance to set")
+        configured = getattr(self, self.guidance_attr)
+        setattr(self, self.guidance_attr, float(value))
+        try:
+            yield
+        finally:
+            setattr(self, self.guidance_attr, configured)
 
     def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
         """The N + 1 sigmas (float64, last 0) of the family's own sampler, set up as its pipeline does

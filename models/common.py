@@ -188,6 +188,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
     image_size_multiple: int = 16
     #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
     guidance_scale: float = 1.0
+    guidance_attr = "guidance_scale"
 
     transformer: nn.Module
     pipe: object

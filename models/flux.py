@@ -36,6 +36,7 @@ class FluxBackbone(DiffusersBackbone):
     hub_id = "black-forest-labs/FLUX.1-dev"
     components = FLUX_COMPONENTS
     block_attrs = ("transformer_blocks", "single_transformer_blocks")
+    guidance_attr = "guidance"        # distilled guidance, embedded (FLUX.1-dev has no CFG)
 
     def __init__(self, cfg: FluxModelConfig, keep_reference: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel

@@ -14,21 +14,21 @@ DEFAULT_ENCODING = "utf-8"
 
 
 def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt",
-                 encoding: str = DEFAULT_ENCODING) -> list[str]:
-    """Read and check the prompt list. Errors name the config key (``data.path`` / ``data.field`` /
-    ``data.encoding``) and the fix."""
+                 encoding: str = DEFAULT_ENCODING, key: str = "data.path") -> list[str]:
+    """Read and check the prompt list. Errors name the config key (``key``: ``data.path``, or ``eval.prompts`` for
+    the held-out prompts; ``data.field``, ``data.encoding``) and the fix."""
     if path is None:
         if not prompts:
             raise ConfigError("data: no prompts. Fix: data=demo, or data=file data.path=/path/prompts.txt")
         return [str(p) for p in prompts]
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ConfigError(f"data.path={path!r}: no such file. Fix: point data.path at a .txt (one prompt per line) "
+        raise ConfigError(f"{key}={path!r}: no such file. Fix: point {key} at a .txt (one prompt per line) "
                           f"or .jsonl file (one JSON object per line with key data.field={field!r})")
     if p.suffix not in SUPPORTED:
-        raise ConfigError(f"data.path={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
+        raise ConfigError(f"{key}={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
     out: list[str] = []
-    for n, line in enumerate(read_text(p, path, encoding).split("\n"), 1):
+    for n, line in enumerate(read_text(p, path, encoding, key).split("\n"), 1):
         line = line.strip()
         if not line:
             continue
@@ -38,20 +38,20 @@ def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prom
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"data.path={path!r} line {n}: not valid JSON ({e.msg})") from None
+            raise ConfigError(f"{key}={path!r} line {n}: not valid JSON ({e.msg})") from None
         if not isinstance(row, dict) or field not in row:
-            raise ConfigError(f"data.path={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
+            raise ConfigError(f"{key}={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
         out.append(str(row[field]))
     if not out:
-        raise ConfigError(f"data.path={path!r} holds no prompts")
+        raise ConfigError(f"{key}={path!r} holds no prompts")
     return out
 
 
-def read_text(p: Path, path: str, encoding: str) -> str:
+def read_text(p: Path, path: str, encoding: str, key: str = "data.path") -> str:
     """The file's text; a binary file, bytes that are not ``encoding`` or an unknown codec name a :class:`ConfigError`
     (a ``UnicodeDecodeError`` traceback before)."""
     data = p.read_bytes()
-    binary = ConfigError(f"data.path={path!r} is a binary file (NUL bytes), not {encoding} text. Fix: point data.path "
+    binary = ConfigError(f"{key}={path!r} is a binary file (NUL bytes), not {encoding} text. Fix: point {key} "
                          f"at a .txt or .jsonl prompt file, or name its encoding with data.encoding=<codec> "
                          f"(e.g. utf-16)")
     try:
@@ -62,7 +62,7 @@ def read_text(p: Path, path: str, encoding: str) -> str:
     except UnicodeDecodeError as e:
         if b"\0" in data:
             raise binary from None
-        raise ConfigError(f"data.path={path!r} is not valid {encoding} text (byte {e.start}: {e.reason}). Fix: "
+        raise ConfigError(f"{key}={path!r} is not valid {encoding} text (byte {e.start}: {e.reason}). Fix: "
                           f"convert it (`iconv -f <its encoding> -t utf-8`), or name its encoding with "
                           f"data.encoding=<codec> (e.g. latin-1, cp1252)") from None
     if "\0" in text:

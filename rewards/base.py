@@ -57,17 +57,28 @@ class Reward(nn.Module):
         """Extra metrics of the last call, logged by the trainer each step (e.g. ``reward/<component>``)."""
         return {}
 
+    @torch.no_grad()
+    def evaluate(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """Scores for the held-out evaluation (docs/evaluation.md), without gradients and without touching any
+        state that training reads (running statistics, :meth:`step_metrics`). The default is :meth:`forward`;
+        rewards that keep such state override it."""
+        return self(images, prompts)
+
     def forward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return self.per_image(self.score, images, prompts)
+
+    def per_image(self, score, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """``score(images, prompts)`` of images, or of every frame of videos reduced per video."""
         if len(prompts) != images.shape[0]:
             raise ValueError(f"{self.name}: {images.shape[0]} images but {len(prompts)} prompts")
         if images.dim() == 5 and images.shape[2] == 3:
             b, f = images.shape[:2]
-            frames = self.score(images.flatten(0, 1), [p for p in prompts for _ in range(f)]).view(b, f)
+            frames = score(images.flatten(0, 1), [p for p in prompts for _ in range(f)]).view(b, f)
             return reduce_frames(frames, self.frame_reduce, self.frame_topk_frac)
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"{self.name}: expected images (B, 3, H, W) or videos (B, F, 3, H, W), "
                              f"got {tuple(images.shape)}")
-        return self.score(images, prompts)
+        return score(images, prompts)
 
 
 def reduce_frames(scores: torch.Tensor, how: str = "mean", topk_frac: float = 0.3) -> torch.Tensor:

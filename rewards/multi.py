@@ -110,6 +110,17 @@ class MultiReward(Reward):
             total = torch.zeros(images.shape[0], device=images.device)
         return total
 
+    @torch.no_grad()
+    def evaluate(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """The weighted sum of the components' raw scores, not normalised: training's normalisers keep running
+        statistics and batch z-scores depend on the batch, so neither belongs on a fixed ruler (with
+        ``normalize=none`` this is the trained reward). Training's statistics and logged sums stay untouched."""
+        def raw_sum(frames: torch.Tensor, frame_prompts: list[str]) -> torch.Tensor:
+            terms = [self.weights[n] * c.score(frames, frame_prompts).float() for n, c in self.components.items()
+                     if self.weights[n] != 0]
+            return sum(terms) if terms else torch.zeros(frames.shape[0], device=frames.device)
+        return self.per_image(raw_sum, images, prompts)
+
     def _record(self, name: str, raw: torch.Tensor) -> None:
         x = raw.detach().double()
         s = self._sums.setdefault(name, [0.0, 0.0, 0.0])

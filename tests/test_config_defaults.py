@@ -86,15 +86,37 @@ def choices(defaults: list) -> dict[str, str]:
     return out
 
 
+#: option files merged into ``eval`` by train.yaml's optional defaults: ``inference@eval: ${model}``, ``eval: ${data}``
+EVAL_OVERLAYS = {"inference": "model", "eval": "data"}
+
+
+def overlay_files() -> list[Path]:
+    return sorted(path for folder in EVAL_OVERLAYS for path in (CONF / folder).glob("*.yaml"))
+
+
 def given_by(picked: dict[str, str]):
     """``path -> value`` of a composition that picks ``picked``, before train.yaml and the presets set anything."""
     root = OmegaConf.to_container(OmegaConf.structured(TrainConfig), resolve=False)
+    for folder, group in EVAL_OVERLAYS.items():
+        overlay = CONF / folder / f"{picked.get(group)}.yaml"
+        if overlay.is_file():
+            root["eval"].update(yaml_of(overlay)[1])
 
     def given(path):
         if path[0] in COMPONENT_GROUPS:
             return lookup(option_values(path[0], picked[path[0]]), path[1:])
         return lookup(root, path)
     return given
+
+
+@pytest.mark.parametrize("path", overlay_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_an_eval_overlay_sets_only_what_differs_from_the_eval_schema(path):
+    """conf/inference/<model>.yaml and conf/eval/<data>.yaml (merged into ``eval``) state only what differs from
+    ``EvalConfig``."""
+    defaults, body = yaml_of(path)
+    schema = OmegaConf.to_container(OmegaConf.structured(TrainConfig), resolve=False)["eval"]
+    assert not defaults and set(body) <= set(schema), f"{path}: not keys of eval"
+    assert not restated(body, lambda p: lookup(schema, p)), f"{path} restates defaults"
 
 
 def preset_choices(name: str) -> dict[str, str]:

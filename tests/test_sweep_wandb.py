@@ -40,6 +40,11 @@ def test_three_method_sweep_logs_every_metric_to_wandb_offline(tmp_path):
         # the same numbers are in the run directory's metrics.jsonl
         job_dir = folder.parents[1]
         rows = [json.loads(l) for l in (job_dir / "metrics.jsonl").read_text().splitlines()]
-        assert [r["reward/mean"] for r in rows] == pytest.approx(run.series("reward/mean"))
+        assert [r["reward/mean"] for r in rows if "reward/mean" in r] == pytest.approx(run.series("reward/mean"))
+        # the demo's held-out evaluation (step 0 and the end) reaches W&B at its steps, with its image grid
+        evals = {r["step"]: r["eval/color/mean"] for r in rows if "eval/color/mean" in r}
+        logged = {row["step"]: row["eval/color/mean"] for row in run.history if "eval/color/mean" in row}
+        assert sorted(evals) == [0, 3] and logged == pytest.approx(evals)
+        assert any("eval/samples" in k for row in run.history for k in row)
         assert (job_dir / "reward_curve.png").exists() and (job_dir / "samples" / "step_00000.png").exists()
     assert seen == {"dance_grpo", "flow_grpo", "flow_grpo_fast"}

@@ -1,0 +1,76 @@
+"""Exponential moving average of the trainable weights (``trainer.ema_decay``; docs/evaluation.md#ema-weights).
+
+``ema <- decay * ema + (1 - decay) * weights`` after every optimizer step, with torch's own update
+(:func:`torch.optim.swa_utils.get_ema_multi_avg_fn`). DanceGRPO trains its Flux runs with an EMA of decay 0.995 and
+Flow-GRPO / Flash-GRPO evaluate and export EMA weights; here ``eval.use_ema`` evaluates them and
+``trainer.export_ema`` exports them.
+
+Only the trainable parameters are averaged (the LoRA adapter, or every transformer weight when fine-tuning fully),
+as clones of the parameters themselves: under FSDP2 a parameter is a sharded ``DTensor``, so its average is the same
+shard on the same rank, never gathered. The averages are a state dict keyed by parameter name, saved in the DCP
+checkpoint next to the weights (sharded like them) and restored bitwise on resume.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.optim.swa_utils import get_ema_multi_avg_fn
+
+from rewardflow.errors import ConfigErrors
+
+
+class ParameterEMA:
+    """EMA of ``params`` (the trainable parameters of ``model``), starting at their current values."""
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The EMA's config check (run by :mod:`launcher.validate` before anything is built)."""
+        t = cfg.trainer
+        errors.require(0.0 <= t.ema_decay < 1.0, "trainer.ema_decay",
+                       f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995")
+        errors.require(not t.export_ema or t.ema_decay > 0, "trainer.export_ema",
+                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
+                       "trainer.export_ema=false")
+
+    def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float):
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"trainer.ema_decay must be in (0, 1) (got {decay}); 0 turns the EMA off")
+        names = {id(p): n for n, p in model.named_parameters()}
+        self.names = [names.get(id(p), f"param_{i}") for i, p in enumerate(params)]
+        self.params = list(params)
+        self.decay = float(decay)
+        self.averages = [p.detach().clone() for p in self.params]
+        self._update = get_ema_multi_avg_fn(self.decay)
+
+    def update(self) -> None:
+        """Fold the current weights into the averages (call after every optimizer step)."""
+        self._update(self.averages, [p.detach() for p in self.params], None)
+
+    @contextlib.contextmanager
+    def applied(self) -> Iterator[None]:
+        """Context in which the parameters hold the averages (for evaluation and export); the trained weights come
+        back bitwise afterwards. Copies in place, so FSDP2's sharded storage stays the parameters' own."""
+        trained = [p.detach().clone() for p in self.params]
+        with torch.no_grad():
+            for p, avg in zip(self.params, self.averages):
+                p.copy_(avg)
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for p, w in zip(self.params, trained):
+                    p.copy_(w)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return dict(zip(self.names, self.averages))
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        missing = [n for n in self.names if n not in state]
+        if missing:
+            raise KeyError(f"the EMA state lacks {len(missing)} parameter(s), e.g. {missing[0]}")
+        with torch.no_grad():
+            for name, avg in zip(self.names, self.averages):
+                avg.copy_(state[name])

@@ -1,0 +1,247 @@
+"""Held-out evaluation in the trainer: one ruler for every method (``eval.*``; docs/evaluation.md).
+
+A method's training reward scores its own training samples (its sampler, its noise, one small batch per step), so
+two methods' training curves are not measured alike. The evaluation scores every run the same way:
+
+- **prompts**: held out of training, ``eval.prompts`` (a file or a list) or ``eval.split=N`` prompts of ``data``
+  (a fixed split, :func:`launcher.data.split_prompts`);
+- **noise**: ``eval.samples_per_prompt`` initial latents per prompt, each seeded by (prompt text, sample index)
+  only, so the same for every method, seed and step (:func:`noise_seed`);
+- **sampler**: the family's deterministic ODE sampler with its inference steps and guidance (``eval.sampling_steps``,
+  ``eval.guidance``; :mod:`methods.family_sampler`), never the method's training sampler;
+- **rewards**: the trained reward and ``eval.rewards``, scored without gradients (:meth:`rewards.base.Reward.evaluate`).
+
+Evaluation ``k`` measures the model after ``k`` training steps: ``k = 0`` (the base model), every ``eval.every``
+steps, and ``k = trainer.steps`` (the end). Its row in ``metrics.jsonl`` has ``step = k``, ``eval/<reward>/mean``
+and ``/std`` over all samples, ``time/eval_s``, and the compute axes ``time/wallclock_s`` / ``time/gpu_hours`` of
+those k steps, which never include evaluation time. Its image grid (one image per prompt, the same noise every time)
+goes to ``samples/eval_<k>.png`` and W&B. Under FSDP every rank samples its share of the (prompt, sample) pairs, in
+lockstep (the sharded transformer's forward is collective), and the scores are gathered in a fixed order.
+
+Evaluation never changes training: it draws no random numbers from the generators training uses (its own are
+seeded per sample, and torch's global state is restored), it leaves the weights, the reward's state and the
+transformer's train/eval mode as they were, and its time is kept out of the compute axes.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from omegaconf import DictConfig, ListConfig
+
+from launcher.components import build, component_class
+from launcher.data import split_prompts
+from launcher.plots import save_image_grid
+from methods.family_sampler import family_ode_sample, family_sigmas
+from rewardflow.distributed import World, all_gather_objects, broadcast_object
+from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.prompts import load_prompts
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------- configuration
+def held_out_prompts(cfg: Any) -> list[str]:
+    """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, or an inline list),
+    else the ``eval.split`` prompts held out of ``data``; empty when neither is set."""
+    e = cfg.eval
+    if e.prompts is not None:
+        if isinstance(e.prompts, (list, ListConfig)):
+            return load_prompts(list(e.prompts), None)
+        return load_prompts(None, str(e.prompts), cfg.data.field, cfg.data.encoding, key="eval.prompts")
+    if e.split > 0:
+        data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
+        return split_prompts(data, int(e.split))[1]
+    return []
+
+
+def noise_seed(prompt: str, index: int) -> int:
+    """Seed of the initial latent of sample ``index`` of ``prompt``: a function of the two only (not of the method,
+    the run's seed, the step or the prompt's position in the list)."""
+    digest = hashlib.sha256(f"rewardflow-eval\0{prompt}\0{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+# ---------------------------------------------------------------------------------------------------- evaluation
+class Evaluator:
+    """Runs the evaluations of one run (see the module docstring).
+
+    Args:
+        cfg: the run's config (``eval``, ``trainer``, ``reward``).
+        backbone: the trained model; ``reward``: the trained reward (already built).
+        world: this process's rank; ``logger``: the run's :class:`launcher.run_logger.RunLogger` (rank 0 writes).
+        run_dir: where ``samples/eval_<k>.png`` go.
+        ema: a :class:`launcher.ema.ParameterEMA` whose weights are evaluated instead (``eval.use_ema``), or None.
+    """
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The evaluation's config check (run by :mod:`launcher.validate` before anything is built, after the
+        components' own): ``cfg`` is the run's typed config. The rewards are checked on the held-out prompts only
+        when nothing else failed (their own checks have then passed on the training prompts)."""
+        e, clean = cfg.eval, not errors.messages
+        for key in ("every", "split"):
+            errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
+        errors.require(e.prompts is None or not e.split, "eval.split",
+                       f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
+                       f"(eval.split=0, or eval.prompts=null)")
+        errors.require(not e.use_ema or cfg.trainer.ema_decay > 0, "eval.use_ema",
+                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
+                       "eval.use_ema=false")
+        prompts = None
+        with errors.collect():
+            prompts = held_out_prompts(cfg)                 # also checks eval.split against the data prompts
+        if not e.every or prompts is None:
+            return
+        for key in ("samples_per_prompt", "batch_size"):
+            errors.require(getattr(e, key) >= 1, f"eval.{key}", f"must be >= 1 (got {getattr(e, key)})")
+        if errors.require(e.sampling_steps is not None, "eval.sampling_steps",
+                          f"is not set and model={cfg.model.name} has no inference defaults "
+                          f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0"):
+            errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
+        with errors.collect():
+            model_cls = component_class(cfg.model, "model")
+            errors.require(e.guidance is None or getattr(model_cls, "guidance_attr", None) is not None,
+                           "eval.guidance", f"{e.guidance}: model={cfg.model.name} has no guidance. "
+                           f"Fix: eval.guidance=null")
+        if not errors.require(bool(prompts), "eval.every",
+                              f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
+                              f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
+                              f"training; or eval.every=0") or not clean:
+            return
+        # every reward scored must suit the held-out prompts: check each as if it trained on them
+        held_out = replace(cfg, data=replace(cfg.data, prompts=list(prompts), path=None))
+        rewards = {f"reward={cfg.reward.name}": cfg.reward, **{f"eval.rewards.{n}": r for n, r in e.rewards.items()}}
+        for where, reward_cfg in rewards.items():
+            if where.startswith("eval.rewards."):
+                name = where.removeprefix("eval.rewards.")
+                if not errors.require(name != cfg.reward.name and "/" not in name, where,
+                                      "the name is the trained reward's or not a metric name (eval/<name>/mean); "
+                                      "rename it"):
+                    continue
+            try:
+                reward_cls = component_class(reward_cfg, where)
+            except (ConfigError, AttributeError):
+                errors.require(False, where, f"its _target_ cannot be imported. Fix: compose it from a reward "
+                                             f"option, e.g. +reward@{where}=clip")
+                continue
+            found = ConfigErrors()
+            reward_cls.check(replace(held_out, reward=reward_cfg), found)
+            for message in found.messages:
+                errors.require(False, "eval.prompts", f"the held-out prompts do not suit {where}: "
+                                                      f"{message.removeprefix('reward: ')}")
+
+    def __init__(self, cfg: DictConfig, backbone, reward, world: World, logger, run_dir: Path, ema=None):
+        e = cfg.eval
+        self.backbone, self.world, self.logger, self.run_dir, self.ema = backbone, world, logger, Path(run_dir), ema
+        self.every, self.steps = int(e.every), int(cfg.trainer.steps)
+        self.guidance = None if e.guidance is None else float(e.guidance)
+        self.batch_size = int(e.batch_size)
+        self.prompts = held_out_prompts(cfg)
+        # sample-major order: the first len(prompts) items are one sample of every prompt (the image grid)
+        self.items = [(p, j) for j in range(int(e.samples_per_prompt)) for p in self.prompts]
+        self.grid_size = min(int(cfg.trainer.num_sample_images), len(self.items))
+        self.sigmas = family_sigmas(backbone, int(e.sampling_steps))
+        device = backbone.device
+        self.rewards = {str(cfg.reward.name): reward}
+        for name, reward_cfg in (e.rewards or {}).items():
+            self.rewards[name] = build(reward_cfg, f"eval.rewards.{name}").to(device).eval().requires_grad_(False)
+        self.last_done = int(broadcast_object(logger.last_eval_step))   # a resumed run evaluates each point once
+
+    def due(self, step: int) -> bool:
+        """Whether evaluation ``step`` (the model after ``step`` training steps) should run now."""
+        return (self.every > 0 and step > self.last_done
+                and (step % self.every == 0 or step == self.steps))
+
+    def maybe_run(self, step: int, wallclock_s: float) -> dict[str, float] | None:
+        """Evaluate the model after ``step`` training steps if due; log the row and the grid; return the row."""
+        if not self.due(step):
+            return None
+        t0 = time.perf_counter()
+        weights = self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+        with weights:
+            scores, grid = self._sample_and_score()
+        row: dict[str, float] = {"step": step}
+        for name, values in scores.items():
+            row[f"eval/{name}/mean"] = float(values.mean())
+            row[f"eval/{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
+        row.update({"time/eval_s": time.perf_counter() - t0, "time/wallclock_s": wallclock_s,
+                    "time/gpu_hours": self.world.world_size * wallclock_s / 3600.0})
+        self.last_done = step
+        self.logger.log_eval(row)
+        if self.world.is_main:
+            self._log_grid(step, grid, scores)
+            log.info("evaluation after %d steps: %s (%.1f s)", step, ", ".join(
+                f"{n} {row[f'eval/{n}/mean']:.4f}" for n in scores), row["time/eval_s"])
+        return row
+
+    # -- internals ------------------------------------------------------------------------------------------------
+    def _my_share(self) -> list[int]:
+        """This rank's item indices, padded (with its last index, whose scores are dropped) to the same length on
+        every rank, so all ranks run the same number of sharded forwards."""
+        rank, world = self.world.rank, self.world.world_size
+        per_rank = math.ceil(len(self.items) / world)
+        mine = list(range(rank, len(self.items), world))
+        return mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
+
+    def _initial_noise(self, items: list[tuple[str, int]]) -> torch.Tensor:
+        return torch.cat([self.backbone.initial_noise(1, torch.Generator().manual_seed(noise_seed(p, j)))
+                          for p, j in items])
+
+    @torch.no_grad()
+    def _sample_and_score(self) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]]]:
+        """Scores by reward name (float64, in item order, gathered from every rank) and the grid's images."""
+        bb = self.backbone
+        share = self._my_share()
+        real = len(range(self.world.rank, len(self.items), self.world.world_size))
+        mine: dict[str, list[float]] = {n: [] for n in self.rewards}
+        grid: list[tuple[int, torch.Tensor]] = []
+        was_training = bb.transformer.training
+        cuda = [bb.device] if bb.device.type == "cuda" else []
+        bb.transformer.eval()
+        try:
+            with torch.random.fork_rng(devices=cuda), bb.guidance_override(self.guidance):
+                for start in range(0, len(share), self.batch_size):
+                    idx = share[start:start + self.batch_size]
+                    items = [self.items[i] for i in idx]
+                    prompts = [p for p, _ in items]
+                    latents = family_ode_sample(bb, bb.encode_prompts(prompts), self._initial_noise(items),
+                                                self.sigmas)
+                    images = bb.decode(latents).float()
+                    for name, reward in self.rewards.items():
+                        mine[name] += reward.evaluate(images, prompts).double().cpu().tolist()
+                    for k, i in enumerate(idx):
+                        if i < self.grid_size and start + k < real:
+                            grid.append((i, _grid_image(images[k])))
+        finally:
+            bb.transformer.train(was_training)
+        keep = {n: list(zip(share[:real], v[:real])) for n, v in mine.items()}
+        gathered = all_gather_objects((keep, grid))
+        scores = {}
+        for name in self.rewards:
+            by_item = dict(pair for part, _ in gathered for pair in part[name])
+            scores[name] = torch.tensor([by_item[i] for i in range(len(self.items))], dtype=torch.float64)
+        return scores, sorted((pair for _, part in gathered for pair in part), key=lambda t: t[0])
+
+    def _log_grid(self, step: int, grid: list[tuple[int, torch.Tensor]], scores: dict[str, torch.Tensor]) -> None:
+        if not grid:
+            return
+        images = torch.stack([img for _, img in grid]).float() / 255.0
+        path = save_image_grid(images, self.run_dir / "samples" / f"eval_{step:05d}.png")
+        first = next(iter(scores))
+        caption = " | ".join(f"{self.items[i][0]} ({float(scores[first][i]):.3f})" for i, _ in grid)
+        self.logger.log_image("eval/samples", path, step, caption)
+
+
+def _grid_image(image: torch.Tensor) -> torch.Tensor:
+    """One image (its middle frame for a video) as uint8 on the CPU, small enough to gather from every rank."""
+    if image.dim() == 4:
+        image = image[image.shape[0] // 2]
+    return (image.clamp(0, 1) * 255).round().to(torch.uint8).cpu()

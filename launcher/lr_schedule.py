@@ -1,0 +1,59 @@
+"""The optimizer and its learning-rate schedule (``optimizer.*``; docs/evaluation.md#learning-rate-schedules).
+
+The schedule advances once per trainer step (after the step's updates), so ``optimizer.warmup_steps`` and the
+cosine's length count trainer steps whatever the number of optimizer updates per step, and a step's updates share
+one learning rate (the ``lr`` metric). Schedules are torch's own, so their state goes into the DCP checkpoint and a
+resumed run continues the same curve:
+
+- ``constant``: ``optimizer.lr`` throughout (the baselines' recipes: DanceGRPO, Flow-GRPO, Flash-GRPO).
+- ``warmup_constant``: step ``s < N`` uses ``lr (s + 1) / (N + 1)``, then ``lr`` (``LinearLR``).
+- ``warmup_cosine``: the same warmup, then a cosine from ``lr`` down to 0 over the remaining steps
+  (``LinearLR`` then ``CosineAnnealingLR``, chained by ``SequentialLR``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
+
+from launcher.trainer_config import LRSchedule
+from rewardflow.errors import ConfigErrors
+
+#: keys of ``optimizer`` that configure the schedule, not the optimizer's constructor
+SCHEDULE_KEYS = ("scheduler", "warmup_steps")
+
+
+def check(cfg: Any, errors: ConfigErrors) -> None:
+    """The schedule's config check (run by :mod:`launcher.validate` before anything is built); ``cfg`` is the run's
+    typed config."""
+    o, steps = cfg.optimizer, int(cfg.trainer.steps)
+    name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
+    errors.require(name != LRSchedule.constant or not warmup, "optimizer.warmup_steps",
+                   f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
+                   f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0")
+    errors.require(name == LRSchedule.constant or warmup >= 1, "optimizer.warmup_steps",
+                   f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})")
+    errors.require(name != LRSchedule.warmup_cosine or warmup < steps, "optimizer.warmup_steps",
+                   f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < "
+                   f"trainer.steps")
+
+
+def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """``optimizer`` (a Hydra partial, e.g. AdamW) over ``params``, without the schedule keys."""
+    keys = [k for k in cfg.keys() if k not in SCHEDULE_KEYS]
+    return instantiate(OmegaConf.masked_copy(cfg, keys))(params)
+
+
+def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: DictConfig, steps: int) -> LRScheduler:
+    """The torch scheduler of ``optimizer.scheduler`` for a run of ``steps`` trainer steps."""
+    name, warmup = LRSchedule(cfg.scheduler), int(cfg.warmup_steps)
+    if name == LRSchedule.constant:
+        return ConstantLR(optimizer, factor=1.0, total_iters=0)
+    ramp = LinearLR(optimizer, start_factor=1.0 / (warmup + 1), end_factor=1.0, total_iters=warmup)
+    if name == LRSchedule.warmup_constant:
+        return ramp
+    cosine = CosineAnnealingLR(optimizer, T_max=steps - warmup, eta_min=0.0)
+    return SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])

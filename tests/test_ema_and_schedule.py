@@ -1,0 +1,128 @@
+"""EMA of the weights and learning-rate schedules (docs/evaluation.md#tested-invariants): the EMA is the exponential
+average (float64), swapping it in and out restores the trained weights bitwise, the schedules follow their closed
+forms, and a resumed run continues both bitwise (weights, averages, learning rates, EMA evaluations, export)."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import compose
+from launcher.ema import ParameterEMA
+from launcher.lr_schedule import build_lr_schedule
+from launcher.trainer import RunInfo, Trainer
+
+
+def lrs(name: str, warmup: int, steps: int, lr: float = 0.1) -> list[float]:
+    """The learning rate of each of ``steps`` trainer steps under schedule ``name``."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=lr)
+    sched = build_lr_schedule(opt, OmegaConf.create({"scheduler": name, "warmup_steps": warmup}), steps)
+    out = []
+    for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return out
+
+
+def test_lr_schedules_follow_their_closed_forms():
+    steps, warmup, lr = 12, 3, 0.1
+    assert lrs("constant", 0, steps) == [lr] * steps
+    ramp = [lr * (s + 1) / (warmup + 1) for s in range(warmup)]
+    assert lrs("warmup_constant", warmup, steps) == pytest.approx(ramp + [lr] * (steps - warmup), rel=1e-12)
+    cosine = [0.5 * lr * (1 + math.cos(math.pi * (s - warmup) / (steps - warmup))) for s in range(warmup, steps)]
+    assert lrs("warmup_cosine", warmup, steps) == pytest.approx(ramp + cosine, rel=1e-12, abs=1e-15)
+
+
+def test_ema_is_the_exponential_average_and_applying_it_restores_the_weights_bitwise(float64):
+    model = torch.nn.Linear(3, 2)
+    params = list(model.parameters())
+    decay = 0.8
+    ema = ParameterEMA(model, params, decay)
+    assert ema.names == ["weight", "bias"]
+    history = [[p.detach().clone() for p in params]]
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        with torch.no_grad():
+            for p in params:
+                p.add_(torch.randn(p.shape, generator=g))
+        history.append([p.detach().clone() for p in params])
+        ema.update()
+    for i, avg in enumerate(ema.averages):
+        # ema_k = decay^k w_0 + (1 - decay) sum_{j=1..k} decay^(k-j) w_j
+        k = len(history) - 1
+        expected = decay**k * history[0][i] + sum((1 - decay) * decay**(k - j) * history[j][i] for j in range(1, k + 1))
+        torch.testing.assert_close(avg, expected, rtol=1e-13, atol=1e-13)
+    trained = [p.detach().clone() for p in params]
+    with ema.applied():
+        assert all(torch.equal(p, a) for p, a in zip(params, ema.averages))
+    assert all(torch.equal(p, t) for p, t in zip(params, trained))
+
+
+EMA_RUN = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2", "trainer.ema_decay=0.7",
+           "optimizer.scheduler=warmup_cosine", "optimizer.warmup_steps=2", "eval.every=2",
+           "eval.samples_per_prompt=1", "eval.use_ema=true", "trainer.export_ema=true"]
+
+
+def _rows(run_dir):
+    return [{k: v for k, v in json.loads(l).items() if not k.startswith("time/")}
+            for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+class Crash(RuntimeError):
+    pass
+
+
+@pytest.fixture(scope="module")
+def ema_reference(tmp_path_factory):
+    """One uninterrupted run with an EMA, a warmup-cosine schedule and EMA evaluations: (trainer, run dir)."""
+    run_dir = tmp_path_factory.mktemp("ema_reference")
+    trainer = Trainer(compose(EMA_RUN), RunInfo(run_dir=run_dir))
+    trainer.fit()
+    return trainer, run_dir
+
+
+def test_ema_and_schedule_resume_bitwise_and_the_export_writes_the_ema(ema_reference, tmp_path):
+    from safetensors.torch import load_file
+
+    ref, ref_dir = ema_reference
+    rows = _rows(ref_dir)
+    lr = [r["lr"] for r in rows if "lr" in r]
+    assert lr[0] < lr[1] < lr[2] > lr[3] > lr[4] > lr[5] > 0               # warmup, then the cosine
+    exported = load_file(str(next((ref_dir / "export" / "transformer").glob("*.safetensors"))))
+    for name, avg in ref.ema.state_dict().items():
+        assert torch.equal(exported[name], avg), name                       # the export holds the EMA weights
+
+    cfg = compose(EMA_RUN)
+    broken = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    original = broken.train_step
+
+    def crash_after_4(step):
+        out = original(step)
+        if step == 4:                                  # last checkpoint after step 3
+            raise Crash("simulated node failure")
+        return out
+    broken.train_step = crash_after_4
+    with pytest.raises(Crash):
+        broken.fit()
+    resumed = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    assert resumed.start_step == 4 and resumed.lr_schedule.last_epoch == 4
+    resumed.fit()
+    assert _rows(tmp_path) == rows                                          # lr, losses and EMA evaluations
+    for name, avg in ref.ema.state_dict().items():
+        assert torch.equal(resumed.ema.state_dict()[name], avg), name
+    assert resumed.lr_schedule.state_dict() == ref.lr_schedule.state_dict()
+
+
+def test_evaluating_the_ema_changes_the_scores_not_the_training(ema_reference, tmp_path):
+    _, ref_dir = ema_reference
+    Trainer(compose([*EMA_RUN, "eval.use_ema=false"]), RunInfo(run_dir=tmp_path)).fit()
+    ema, raw = _rows(ref_dir), _rows(tmp_path)
+    assert [r for r in ema if "reward/mean" in r] == [r for r in raw if "reward/mean" in r]
+    ema_evals, raw_evals = [r for r in ema if "eval/color/mean" in r], [r for r in raw if "eval/color/mean" in r]
+    assert ema_evals[0] == raw_evals[0]                                     # the EMA starts at the base weights
+    assert all(a["eval/color/mean"] != b["eval/color/mean"] for a, b in zip(ema_evals[1:], raw_evals[1:]))
