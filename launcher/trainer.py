@@ -6,7 +6,6 @@ timers and transformer-pass counters, metrics, image grids and the reward curve.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -17,12 +16,13 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint import CheckpointManager
-from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+from launcher.distributed import (all_gather_cat, all_reduce_sum, broadcast_object, collective_device,
                                   init_distributed, main_rank_first, submitit_job_env)
 from launcher.errors import ConfigError
 from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
 from launcher.run_logger import RunLogger
+from launcher.update_loop import UpdateLoop
 from launcher.validate import validate
 from models.nfe_counter import NFECounter
 
@@ -107,6 +107,7 @@ class Trainer:
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
         self.optimizer = instantiate(cfg.optimizer)(self.params)
+        self.updates = UpdateLoop(self.method, self.optimizer, self.params, float(t.max_grad_norm))
         self.counter = NFECounter(self.backbone.transformer_modules())
         self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
@@ -189,7 +190,7 @@ class Trainer:
                             int((~torch.isfinite(rewards)).sum()), rewards.numel())
             else:
                 metrics.update(method.prepare_update(rollout))
-                skipped, update_metrics = self._run_updates(rollout, generator)
+                skipped, update_metrics = self.updates.run(rollout, generator)
                 metrics.update(update_metrics)
             method.end_step(step)
         # components may report extra per-step metrics (e.g. reward/<component>, jagg/cos_group_<g>)
@@ -225,54 +226,6 @@ class Trainer:
                 f"optimizer.lr, keep trainer.max_grad_norm > 0, check the reward on the run's sample images "
                 f"({self.info.run_dir / 'samples'}).")
         return metrics
-
-    def _run_updates(self, rollout, generator) -> tuple[int, dict[str, float]]:
-        """All optimizer updates of one rollout; returns (number of skipped updates, averaged statistics).
-
-        Statistics are per-sample sums on each rank, summed over ranks and divided by the number of samples; the
-        skip decision is taken jointly (``any_rank``) so sharded parameters never diverge between ranks.
-        """
-        sums: dict[str, float] = {}
-        grad_norms, n_samples, skipped = [], 0, 0
-        for update in self.method.update_plan(rollout, generator):
-            update_size = sum(len(mb) for mb in update)
-            stats: dict[str, float] = {}
-            for mb in update:
-                for k, v in self.method.backward(rollout, mb, update_size).items():
-                    stats[k] = stats.get(k, 0.0) + v
-            norm = self._grad_norm()
-            if any_rank(bool(stats.pop("nonfinite", 0.0)) or not math.isfinite(norm)):
-                skipped += 1
-                log.warning("non-finite loss or gradient (grad norm %s); optimizer step skipped", norm)
-                self.optimizer.zero_grad(set_to_none=True)
-                continue
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            grad_norms.append(norm)
-            n_samples += update_size
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v
-        keys = sorted(sums)
-        totals = all_reduce_sum(torch.tensor([sums[k] for k in keys] + [float(n_samples)], dtype=torch.float64,
-                                             device=collective_device())).tolist()
-        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
-        if grad_norms:
-            out["grad_norm"] = sum(grad_norms) / len(grad_norms)
-        return skipped, out
-
-    def _grad_norm(self) -> float:
-        """Global gradient norm (over all ranks' shards) before clipping; clips when max_grad_norm > 0."""
-        max_norm = float(self.cfg.trainer.max_grad_norm)
-        grads = [p for p in self.params if p.grad is not None]
-        if not grads:
-            return 0.0
-        if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in grads])
-        if hasattr(norm, "full_tensor"):                 # DTensor under FSDP2
-            norm = norm.full_tensor()
-        return float(norm)
 
     def _log_samples(self, rollout, step: int) -> None:
         g = int(self.cfg.method.group_size)

@@ -6,9 +6,9 @@ The loop in :mod:`launcher.trainer` runs, for every step::
     method.score(rollout, reward)                       # rewards                 (time/reward_s)
     method.prepare_update(rollout)                      # advantages / targets    (time/update_s ...)
     for update in method.update_plan(rollout, gen):     # ... one optimizer step per update
-        for micro_batch in update:
-            method.backward(rollout, micro_batch, n)    # forward + backward, grads accumulate
-        clip, step, zero_grad
+        for chunk in update:                            # the built-in methods: one chunk per update
+            method.backward(rollout, chunk, n)          # forward + backward, grads accumulate
+        clip, step (or skip), zero_grad                 # one host sync per update (launcher/update_loop.py)
     method.end_step(step)                               # after the updates (e.g. move a lagging sampling policy)
     log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
 
@@ -103,7 +103,9 @@ class Method(abc.ABC):
 
     @abc.abstractmethod
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update."""
+        """Sample indices grouped as ``[update][chunk] -> LongTensor`` (host tensors); one optimizer step per
+        update. ``backward`` packs a chunk's trained rows into transformer calls of ``method.update_batch`` rows
+        (methods/update_rows.py), so the built-in methods hand each update over as one chunk."""
 
     def end_step(self, step: int) -> None:
         """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""
@@ -118,6 +120,7 @@ class Method(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Forward + backward of the loss of ``samples`` (gradients accumulate), normalised so the whole update's
-        gradient is the mean over its ``update_size`` samples. Returns sums of statistics (see ``launcher.trainer``)."""
+        gradient is the mean over its ``update_size`` samples. Returns per-sample sums of statistics as device
+        tensors (nothing read back to the host; a non-finite ``loss`` skips the update; launcher/update_loop.py)."""

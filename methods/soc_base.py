@@ -14,8 +14,6 @@ LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the m
 """
 from __future__ import annotations
 
-import math
-
 import torch
 from omegaconf import DictConfig
 
@@ -23,6 +21,7 @@ from launcher.errors import ConfigError
 from methods.base import Method, Rollout
 from methods.memoryless import MemorylessSchedule
 from methods.time_convention import time_convention
+from methods.update_rows import rows_per_call
 from models.backbone import Backbone, PromptEmbeds
 
 LOSS_REDUCTIONS = ("sum", "mean")
@@ -53,7 +52,8 @@ class SOCMethod(Method):
                 f"of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for PickScore)")
         require(m.group_size >= 1, "group_size", f"must be >= 1 (got {m.group_size})")
         require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        require(m.update_batch >= 1, "update_batch", f"must be >= 1 (got {m.update_batch}): transformer rows per "
+                f"call, CFG rows counted (docs/performance.md#batched-trained-steps)")
         require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
         require(m.sigma_offset >= 0, "sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
         require(m.loss_clip >= 0, "loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
@@ -78,8 +78,16 @@ class SOCMethod(Method):
             return self.convention.velocity(self.backbone, x, t, embeds)
 
     def chunks(self, n: int) -> list[torch.Tensor]:
-        """Sample indices in micro-batches of ``method.micro_batch`` (memory bound of every batched pass)."""
-        return list(torch.arange(n).split(int(self.cfg.micro_batch)))
+        """Sample indices per transformer call of ``method.update_batch`` rows, CFG rows counted (the memory bound of
+        every batched pass: rollout, VJPs, decode)."""
+        return list(torch.arange(n).split(rows_per_call(self.cfg.update_batch, self.backbone)))
+
+    def loss_calls(self, samples: torch.Tensor, rows_per_sample: int) -> list[torch.Tensor]:
+        """``samples`` in groups of whole samples whose ``rows_per_sample`` loss rows fill a call of
+        ``method.update_batch`` rows (at least one sample: the per-sample loss clip needs all of a sample's terms
+        in one call; docs/performance.md#batched-trained-steps)."""
+        per_call = rows_per_call(self.cfg.update_batch, self.backbone)
+        return list(samples.split(max(1, per_call // max(1, rows_per_sample))))
 
     @torch.no_grad()
     def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
@@ -121,10 +129,10 @@ class SOCMethod(Method):
 
     # -- updates ------------------------------------------------------------------------------------------------
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
+        """Each update's samples as one chunk; ``backward`` packs their loss rows into calls (:meth:`loss_calls`)."""
         b = len(rollout)
         per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(torch.arange(u, u + per_update).split(int(self.cfg.micro_batch)))
-                for u in range(0, b, per_update)]
+        return [[torch.arange(u, u + per_update)] for u in range(0, b, per_update)]
 
     def squared_norm(self, residual: torch.Tensor) -> torch.Tensor:
         """Per-row squared norm of a residual, summed (or averaged) over latent elements, in >= fp32."""
@@ -132,8 +140,9 @@ class SOCMethod(Method):
         sq = (r ** 2).sum(1)
         return sq / r.shape[1] if self.cfg.loss_reduction == "mean" else sq
 
-    def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Clip per-sample losses, backpropagate their mean over the update, return the trainer's statistic sums."""
+    def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """Clip per-sample losses, backpropagate their sum over ``update_size`` (the update's mean), return the
+        trainer's statistic sums as device tensors."""
         threshold = float(self.cfg.loss_clip) * self.reward_scale ** 2
         clipped = torch.zeros_like(per_sample, dtype=torch.bool)
         loss = per_sample
@@ -141,11 +150,7 @@ class SOCMethod(Method):
             clipped = per_sample.detach() > threshold
             loss = torch.where(clipped, torch.full_like(per_sample, threshold), per_sample)
         (loss.sum() / update_size).backward()
-        total = float(per_sample.detach().sum())
-        stats = {"loss": total, "soc/loss_clipped_frac": float(clipped.sum())}
-        if not math.isfinite(total):
-            stats["nonfinite"] = 1.0
-        return stats
+        return {"loss": per_sample.detach().sum(), "soc/loss_clipped_frac": clipped.sum()}
 
     def step_metrics(self) -> dict[str, float]:
         return dict(self._step_metrics)

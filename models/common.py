@@ -287,6 +287,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
         """True CFG (one forward over ``[uncond, cond]``) when the family's ``guidance_scale`` exceeds 1."""
         return self.guidance_scale > 1.0
 
+    @property
+    def rows_per_sample(self) -> int:
+        return 2 if self.do_cfg else 1
+
     def _check_ready(self) -> None:
         if not self._materialized:
             raise RuntimeError(f"{type(self).__name__} was built with meta_init on rank != 0: call "

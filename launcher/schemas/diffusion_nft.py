@@ -31,7 +31,7 @@ class DiffusionNFTConfig:
     old_decay_rate: float = 0.001     #   d = 0 before old_decay_flat optimizer steps, then
     old_decay_max: float = 0.5        #   min(old_decay_rate x (steps - old_decay_flat), old_decay_max) (decay_type 1)
     updates_per_rollout: int = 1      # optimizer steps per rollout (gradient_step_per_epoch)
-    micro_batch: int = 1              # samples per training forward
+    update_batch: int = 9             # (sample, trained time) rows per transformer call of the update
 
 
 SCHEMAS = {"method": {"diffusion_nft": DiffusionNFTConfig}}

@@ -29,7 +29,7 @@ class GRPOConfig:
     kl_exact: bool = False            # divide the KL by |Delta| as the exact Gaussian KL does (spec §C.3)
     timestep_fraction: float = 0.6    # fraction of trainable steps that are trained (rule depends on the method)
     updates_per_rollout: int = 1      # optimizer steps per rollout (DanceGRPO: samples / grad_accum)
-    micro_batch: int = 1              # samples per training forward
+    update_batch: int = 8             # transformer rows per call of the update, CFG rows counted (docs/performance.md)
     shuffle_samples: bool = False     # shuffle samples before splitting them into updates (Flow-GRPO)
 
 

@@ -24,7 +24,7 @@ class SOCConfig:
     loss_clip: float = 0.0            # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
     loss_reduction: str = "sum"       # sum | mean of the squared residual over latent elements
     updates_per_rollout: int = 1      # optimizer steps per iteration
-    micro_batch: int = 1              # samples per batched pass (rollout, VJPs, decode, loss)
+    update_batch: int = 8             # transformer rows per call (rollout, VJPs, decode; the loss: whole samples)
 
 
 @dataclass
