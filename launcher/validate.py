@@ -21,6 +21,21 @@ def _component(cfg: DictConfig, group: str):
                           f"{group} option (`rewardflow --help` lists them)") from None
 
 
+def _check_update_path(cfg: DictConfig) -> None:
+    """model.activation_checkpointing and model.compile (docs/performance.md), where the model has them."""
+    if "activation_checkpointing" in cfg.model:
+        from models.activation_checkpointing import resolve_activation_checkpointing
+
+        resolve_activation_checkpointing(cfg.model.activation_checkpointing, cfg.model.activation_checkpointing_k)
+    if cfg.model.get("compile"):
+        from models.common import resolve_device
+        from models.compiled_blocks import compile_unavailable_reason
+
+        reason = compile_unavailable_reason(resolve_device(cfg.model.get("device", "auto")))
+        if reason is not None:
+            raise ConfigError(f"model.compile=true: {reason}. Fix: model.compile=false")
+
+
 def validate(cfg: DictConfig) -> list[str]:
     """Raise :class:`ConfigError` if the config cannot run; return the prompts it will use (already loaded)."""
     t = cfg.trainer
@@ -44,6 +59,7 @@ def validate(cfg: DictConfig) -> list[str]:
     _component(cfg, "model")
     if cfg.model.get("finetune") not in (None, "full", "lora"):
         raise ConfigError(f"model.finetune must be full or lora (got {cfg.model.finetune!r})")
+    _check_update_path(cfg)
 
     if OmegaConf.is_missing(cfg.data, "path"):
         raise ConfigError("data.path is required with data=file. Fix: data.path=/path/prompts.txt (one prompt per "

@@ -243,16 +243,26 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._load(cls, subfolder, torch_dtype=torch.float32)
 
     def _init_training(self, finetune: str, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
-                       keep_reference: bool, gradient_checkpointing: bool, text_encoders: list[nn.Module],
-                       vae: nn.Module) -> None:
+                       keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module,
+                       activation_checkpointing: str = "none", activation_checkpointing_k: int = 2,
+                       compile: bool = False) -> None:
+        """The fine-tuning mode, then the update path (docs/performance.md): activation checkpointing of the chosen
+        blocks and, with ``compile``, every block compiled in place, both before any sharding."""
+        from models.activation_checkpointing import apply_activation_checkpointing, resolve_activation_checkpointing
+        from models.compiled_blocks import compile_blocks
+
+        ac_mode = resolve_activation_checkpointing(activation_checkpointing, activation_checkpointing_k)
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
         self._configure_finetune(finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
-        self.gradient_checkpointing = bool(gradient_checkpointing)
-        if gradient_checkpointing:
-            self.transformer.enable_gradient_checkpointing()
+        self.activation_checkpointing = ac_mode
+        self.checkpointed_blocks = apply_activation_checkpointing(self.transformer, self.transformer_blocks(), ac_mode,
+                                                                  activation_checkpointing_k)
+        self.compiled = bool(compile)
+        if self.compiled:
+            compile_blocks([b for m in self.transformer_modules() for b in self.transformer_blocks(m)], self.device)
         if self._materialized:
             self.transformer.to(self.device)
             if self._reference_model is not None:
@@ -376,7 +386,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         from models.parallelize import PARALLELIZE
 
         fn = PARALLELIZE[self.parallelize_key]
-        ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
+        ac = bool(activation_checkpointing)      # None: as model.activation_checkpointing set it at construction
         rank, _ = dist_rank_world()
         for module in self.transformer_modules():
             full = None

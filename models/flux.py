@@ -61,7 +61,8 @@ class FluxBackbone(DiffusersBackbone):
     def __init__(self, path: str, height: int = 512, width: int = 512, guidance: float = 3.5,
                  max_sequence_length: int = 512, finetune: str = "lora", lora_rank: int = 32,
                  lora_alpha: float = 64.0, lora_targets: Sequence[str] = FLUX_LORA_TARGETS,
-                 gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
+                 activation_checkpointing: str = "none", activation_checkpointing_k: int = 2, compile: bool = False,
+                 keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, dynamic_shift: bool = True,
                  prompt_cache_size: int | None = 4096, offload_text_encoders: bool = True, meta_init: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
@@ -86,8 +87,10 @@ class FluxBackbone(DiffusersBackbone):
         if height % (2 * sf) or width % (2 * sf):
             raise ValueError(f"model.height/width must be multiples of {2 * sf} for this VAE "
                              f"(got {height}x{width})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder, self.pipe.text_encoder_2], self.vae)
+        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference,
+                            [self.pipe.text_encoder, self.pipe.text_encoder_2], self.vae,
+                            activation_checkpointing=activation_checkpointing,
+                            activation_checkpointing_k=activation_checkpointing_k, compile=compile)
         self._lat_h, self._lat_w = 2 * (height // (sf * 2)), 2 * (width // (sf * 2))
         c = self.transformer.config.in_channels
         self._latent_shape = ((self._lat_h // 2) * (self._lat_w // 2), c)

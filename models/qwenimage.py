@@ -47,7 +47,8 @@ class QwenImageBackbone(DiffusersBackbone):
     def __init__(self, path: str = hub_id, height: int = 512, width: int = 512, guidance_scale: float = 4.0,
                  negative_prompt: str = " ", cfg_renorm: bool = True, max_sequence_length: int = 512,
                  finetune: str = "lora", lora_rank: int = 32, lora_alpha: float = 64.0,
-                 lora_targets: Sequence[str] = QWEN_LORA_TARGETS, gradient_checkpointing: bool = False,
+                 lora_targets: Sequence[str] = QWEN_LORA_TARGETS, activation_checkpointing: str = "none",
+                 activation_checkpointing_k: int = 2, compile: bool = False,
                  keep_reference: bool = False, device: str = "auto", dtype: str = "auto", name: str | None = None,
                  dynamic_shift: bool = True, prompt_cache_size: int | None = 4096,
                  offload_text_encoders: bool = True, meta_init: bool = False):
@@ -77,8 +78,10 @@ class QwenImageBackbone(DiffusersBackbone):
         sf = self.pipe.vae_scale_factor
         if height % (2 * sf) or width % (2 * sf):
             raise ValueError(f"model.height/width must be multiples of {2 * sf} for this VAE (got {height}x{width})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder], self.vae)
+        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference,
+                            [self.pipe.text_encoder], self.vae,
+                            activation_checkpointing=activation_checkpointing,
+                            activation_checkpointing_k=activation_checkpointing_k, compile=compile)
         self._grid = (height // sf // 2, width // sf // 2)
         self._latent_shape = (self._grid[0] * self._grid[1], self.transformer.config.in_channels)
         z = self.vae.config.z_dim

@@ -43,7 +43,8 @@ class SD3Backbone(DiffusersBackbone):
     def __init__(self, path: str = hub_id, height: int = 512, width: int = 512, guidance_scale: float = 4.5,
                  negative_prompt: str = "", max_sequence_length: int = 256, finetune: str = "lora",
                  lora_rank: int = 32, lora_alpha: float = 64.0, lora_targets: Sequence[str] = SD3_LORA_TARGETS,
-                 gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
+                 activation_checkpointing: str = "none", activation_checkpointing_k: int = 2, compile: bool = False,
+                 keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
                  offload_text_encoders: bool = True, meta_init: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
@@ -69,8 +70,10 @@ class SD3Backbone(DiffusersBackbone):
         if height % (sf * patch) or width % (sf * patch):
             raise ValueError(f"model.height/width must be multiples of {sf * patch} (VAE factor {sf} x patch {patch}); "
                              f"got {height}x{width}")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae)
+        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference,
+                            [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae,
+                            activation_checkpointing=activation_checkpointing,
+                            activation_checkpointing_k=activation_checkpointing_k, compile=compile)
         self._latent_shape = (self.transformer.config.in_channels, height // sf, width // sf)
 
     # -- conditioning -------------------------------------------------------------------------------------------

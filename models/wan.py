@@ -57,7 +57,8 @@ class WanBackbone(DiffusersBackbone):
                  guidance_scale: float = 5.0, negative_prompt: str = "", max_sequence_length: int = 512,
                  integer_timesteps: bool = True, finetune: str = "lora", lora_rank: int = 16,
                  lora_alpha: float = 32.0, lora_targets: Sequence[str] = WAN_LORA_TARGETS,
-                 gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
+                 activation_checkpointing: str = "none", activation_checkpointing_k: int = 2, compile: bool = False,
+                 keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
                  offload_text_encoders: bool = True, meta_init: bool = False):
         import diffusers
@@ -83,8 +84,10 @@ class WanBackbone(DiffusersBackbone):
             raise ValueError(f"model.height/width must be multiples of {sf * p_h} for Wan (got {height}x{width})")
         if num_frames < 1 or (num_frames - 1) % tf:
             raise ConfigError(f"model.num_frames must be {tf}k + 1 for this VAE (e.g. 1, 5, 81; got {num_frames})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder], self.vae)
+        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference,
+                            [self.pipe.text_encoder], self.vae,
+                            activation_checkpointing=activation_checkpointing,
+                            activation_checkpointing_k=activation_checkpointing_k, compile=compile)
         self._latent_shape = (self.transformer.config.in_channels, (num_frames - 1) // tf + 1, height // sf,
                               width // sf)
         z = self.vae.config.z_dim

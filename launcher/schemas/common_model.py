@@ -8,7 +8,9 @@ from typing import Optional
 @dataclass
 class CommonModelFields:
     finetune: str = "lora"            # lora | full
-    gradient_checkpointing: bool = False
+    activation_checkpointing: str = "none"   # none | full | every_k | auto (docs/performance.md)
+    activation_checkpointing_k: int = 2       # every_k: one block of every k consecutive blocks is checkpointed
+    compile: bool = False             # torch.compile each transformer block (docs/performance.md#compiled-blocks)
     device: str = "auto"              # auto: cuda if available, else cpu
     dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
     prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded

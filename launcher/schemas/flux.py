@@ -18,7 +18,9 @@ class FluxModelConfig:
     lora_rank: int = 32
     lora_alpha: float = 64.0
     lora_targets: list[str] = field(default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0"])
-    gradient_checkpointing: bool = False
+    activation_checkpointing: str = "none"   # none | full | every_k | auto (docs/performance.md)
+    activation_checkpointing_k: int = 2       # every_k: one block of every k consecutive blocks is checkpointed
+    compile: bool = False             # torch.compile each transformer block (docs/performance.md#compiled-blocks)
     device: str = "auto"              # auto: cuda if available, else cpu
     dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
     dynamic_shift: bool = True        # method.schedule=scheduler: resolution-dependent shift as FluxPipeline
