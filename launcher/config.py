@@ -30,6 +30,7 @@ class TrainerConfig:
     threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
     progress: bool = True             # progress bar with reward and s/step
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
+    async_checkpoint: bool = False    # write checkpoints in the background (docs/performance.md)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
     export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load

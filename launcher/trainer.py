@@ -109,7 +109,8 @@ class Trainer:
         self.optimizer = instantiate(cfg.optimizer)(self.params)
         self.updates = UpdateLoop(self.method, self.optimizer, self.params, float(t.max_grad_norm))
         self.counter = NFECounter(self.backbone.transformer_modules())
-        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
+        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts),
+                                             asynchronous=bool(t.async_checkpoint))
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
@@ -254,6 +255,7 @@ class Trainer:
                 last = step == steps - 1
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
+                    self.checkpoints.wait()                         # written before the job hands over
                     self.logger.finish(exit_code=0)
                     self.preemption.hand_over(self.world.is_main)   # requeues (rank 0 exits here)
                     return float("nan")
@@ -282,6 +284,7 @@ class Trainer:
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
             self.save_checkpoint(int(self.cfg.trainer.steps) - 1)   # the end state is a checkpoint too
+        self.checkpoints.wait()              # an asynchronous save in flight is committed, even after a failure
         if exit_code == 0 and self.cfg.trainer.export:
             self._export()
         if not self.world.is_main:
