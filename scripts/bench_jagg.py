@@ -2,24 +2,28 @@
 
 Two trainers (the real loop of launcher/trainer.py) over the same FLUX-class model take turns step by step (the order
 alternates every round): one runs DanceGRPO on all 20 trainable steps of 21 sampling steps (``timestep_fraction=1``),
-the other ``method=jagg`` (W = 4, jagg_frac 0.6: groups 0-2 JAGG, 3-4 exact; eta 0.3, shift 3). After each round the
-cost of single transformer calls is probed on the same model. Ratios are medians over the measured rounds of each
-round's JAGG / baseline ratio (the two steps of a round ran back to back, under the same machine load).
+the other ``method=jagg`` (W = 4, jagg_frac 0.6: groups 0-2 JAGG, 3-4 exact; eta 0.3, shift 3), both at the same
+``method.update_batch`` (``--update-batch``, rows per transformer call of the update; docs/performance.md). Ratios
+are medians over the measured rounds of each round's JAGG / baseline ratio (the two steps of a round ran back to
+back, under the same machine load).
 
 It prints, for the update phase and the whole step, the time ratio JAGG / baseline, the transformer forward and
-backward counts (counted on the model), and the *ideal* update-time ratio: the transformer work of the calls each
-method makes, priced with the measured costs (baseline, per sample: 20 x [forward + backward] of 1 row; JAGG:
-3 x [forward + backward of the 2-row endpoint batch + 2 graph-free forwards] + 8 x [forward + backward]). Targets:
-measured update ratio within 10% of the ideal, backward count ratio exactly 0.7 (the paper: ~30% less update time).
+backward row counts (counted on the model), and the *ideal* update-time ratio: the transformer calls each method made
+in its update (recorded: rows per call, with or without a graph), priced with the cost of one such call measured on
+the same model after the rounds (scripts/call_costs.py). At update_batch B the baseline makes 20 rows per sample in
+calls of B rows (forward + backward); JAGG, per JAGG group, one call of both endpoints of B/2 samples (forward +
+backward) and graph-free calls of the intermediate steps, and its exact groups' rows in calls of B. Targets:
+measured update ratio within 10% of the ideal, backward row ratio exactly 0.7 (the paper: ~30% less update time).
 
 On the CPU, time is the process's CPU time by default (``--clock auto`` = ``cpu``; with one torch thread, the work
 done, which other jobs on a shared machine do not inflate); ``--clock wall`` uses the trainer's wall-clock timers
 instead (both are printed). On a GPU (``--device cuda``) the process's CPU time says nothing about the work, so
-``auto`` means ``wall`` there, and the pass costs are timed with the device synchronised around each call.
+``auto`` means ``wall`` there, and the call costs are timed with the device synchronised around each call.
 The last output line is one JSON object (``update_time_ratio``, ``step_time_ratio``, ``ideal_update_time_ratio``,
 ``bwd_count_ratio``, ...).
 
-    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small", 64x64: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small", 64x64, update_batch 8: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py --update-batch 1 # one row per call, as the methods ran before batching
     .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
     .venv/bin/python scripts/bench_jagg.py --device cuda --config wide --size 128   # FLUX.1 block width on a GPU
 """
@@ -41,6 +45,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 
+from call_costs import describe, priced, probe_costs, record_update_calls  # noqa: E402
 from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
 # FLUX "small" (docs/development.md#the-flux-small-configuration): 2 double + 4 single blocks, 4 heads x 32; text
@@ -101,43 +106,6 @@ class CPUClock:
         return wrapper
 
 
-def probe_costs(backbone, reps: int, clock: str) -> dict[str, float]:
-    """Median seconds of one transformer call: graph-free forward (1 row), forward with graph and its backward
-    (1 row, and 2 rows as JAGG's endpoint batch). ``clock``: ``cpu`` (process CPU time) or ``wall`` (with the
-    device synchronised before and after each call, so a GPU's queued work is counted in the call that queued it)."""
-    embeds = backbone.encode_prompts(["a red square"])
-    params = list(backbone.trainable_parameters())
-    device = backbone.device
-    out: dict[str, list[float]] = {}
-
-    def now() -> float:
-        if clock == "cpu":
-            return time.process_time()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-    def timed(key, fn):
-        t0 = now()
-        result = fn()
-        out.setdefault(key, []).append(now() - t0)
-        return result
-
-    for _ in range(reps):
-        for rows in (1, 2):
-            x = torch.randn(rows, *backbone.latent_shape, device=device)
-            e = embeds.select([0] * rows)
-            t = torch.full((rows,), 0.7, device=device)
-            if rows == 1:
-                with torch.no_grad():
-                    timed("fwd_nograd_1", lambda: backbone.velocity(x, t, e))
-            v = timed(f"fwd_{rows}", lambda: backbone.velocity(x, t, e))
-            timed(f"bwd_{rows}", lambda: v.backward(torch.randn_like(v)))
-            for p in params:
-                p.grad = None
-    return {k: statistics.median(v) for k, v in out.items()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="small")
@@ -147,6 +115,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     ap.add_argument("--probe-reps", type=int, default=5)
+    ap.add_argument("--update-batch", type=int, default=8, help="method.update_batch of both methods")
     ap.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
                     help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall; "
                          "auto: cpu on the CPU, wall on a GPU")
@@ -159,9 +128,8 @@ def main() -> None:
     common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.device={args.device}",
               f"model.height={args.size}", f"model.width={args.size}", "trainer.sample_every=0",
               "trainer.progress=false", f"trainer.threads={args.threads}", f"method.group_size={args.samples}",
-              "method.prompts_per_step=1",
-              "method.sampling_steps=21", "method.eta=0.3", "method.shift=3.0", "method.micro_batch=1",
-              "method.updates_per_rollout=2"]
+              "method.prompts_per_step=1", "method.sampling_steps=21", "method.eta=0.3", "method.shift=3.0",
+              f"method.update_batch={args.update_batch}", "method.updates_per_rollout=2"]
     setups = {
         "baseline": ["method=dance_grpo", "method.timestep_fraction=1.0", *common],     # all 20 steps, exact
         "jagg": ["method=jagg", "method.base=dance_grpo", "method.window=4", "method.jagg_frac=0.6", *common],
@@ -177,30 +145,29 @@ def main() -> None:
               f"21 sampling steps, {args.threads} thread(s), {device}; {args.warmup} warm-up + {args.rounds} measured "
               f"rounds, {args.clock} clock")
         clocks = {name: CPUClock(t) for name, t in trainers.items()}
+        recorders = {name: record_update_calls(t) for name, t in trainers.items()}
         rows: dict[str, list[dict]] = {name: [] for name in trainers}
-        costs: list[dict[str, float]] = []
+        calls = {}
         for r in range(args.warmup + args.rounds):
             order = list(trainers) if r % 2 == 0 else list(trainers)[::-1]
             for name in order:
                 clocks[name].update, t0 = 0.0, time.process_time()
                 m = dict(trainers[name].train_step(r))
                 m.update({"cpu/step_s": time.process_time() - t0, "cpu/update_s": clocks[name].update})
+                calls[name] = recorders[name].take()          # the same calls every step
                 if r >= args.warmup:
                     rows[name].append(m)
-            if r >= args.warmup:
-                costs.append(probe_costs(trainers["jagg"].backbone, args.probe_reps, args.clock))
             print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
                 f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
                 for n in order), flush=True)
+        costs = probe_costs(trainers["jagg"].backbone, set(calls["jagg"]) | set(calls["baseline"]), args.probe_reps,
+                            args.clock)
+    ideal = priced(calls["jagg"], costs) / priced(calls["baseline"], costs)
 
     keys = ("cpu/update_s", "cpu/step_s", "time/update_s", "time/step_s", "time/rollout_s", "count/transformer_fwd",
             "count/transformer_bwd")
     med = {n: {k: statistics.median(row[k] for row in rs) for k in keys} for n, rs in rows.items()}
     clock = "cpu" if args.clock == "cpu" else "time"
-    c = {k: statistics.median(cost[k] for cost in costs) for k in costs[0]}
-    fb1, fb2 = c["fwd_1"] + c["bwd_1"], c["fwd_2"] + c["bwd_2"]
-    ideal = (3 * (fb2 + 2 * c["fwd_nograd_1"]) + 8 * fb1) / (20 * fb1)
-    ideal_per_row = (6 * c["fwd_nograd_1"] + 14 * c["fwd_1"] + 14 * c["bwd_1"]) / (20 * fb1)
     base, jagg = med["baseline"], med["jagg"]
     def paired(key: str) -> float:
         """Median over rounds of the round's JAGG / baseline ratio: the two ran back to back, under the same load."""
@@ -212,17 +179,18 @@ def main() -> None:
         "ideal_update_time_ratio": ideal,
         "bwd_count_ratio": jagg["count/transformer_bwd"] / base["count/transformer_bwd"],
         "fwd_count_ratio": jagg["count/transformer_fwd"] / base["count/transformer_fwd"],
-        "ideal_update_time_ratio_from_1_row_costs": ideal_per_row,
         "update_ratio_over_ideal": paired(f"{clock}/update_s") / ideal,
         "cpu_update_time_ratio": paired("cpu/update_s"),
         "cpu_step_time_ratio": paired("cpu/step_s"),
         "wall_update_time_ratio": paired("time/update_s"),
         "wall_step_time_ratio": paired("time/step_s"),
         "clock": args.clock,
-        "baseline": base, "jagg": jagg, "pass_costs_s": c,
-        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples, "rounds": args.rounds,
-                   "threads": args.threads, "device": str(device), "sampling_steps": 21, "window": 4,
-                   "jagg_frac": 0.6},
+        "baseline": base, "jagg": jagg,
+        "update_calls": {n: describe(c) for n, c in calls.items()},
+        "call_costs_s": {f"{rows} rows{' graph' if graph else ''}": v for (rows, graph), v in sorted(costs.items())},
+        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples,
+                   "rounds": args.rounds, "threads": args.threads, "device": str(device), "sampling_steps": 21,
+                   "window": 4, "jagg_frac": 0.6, "update_batch": args.update_batch},
     }
     print()
     print(f"{'medians':22}{'baseline':>12}{'jagg':>12}{'ratio':>10}{'paired':>10}")
@@ -231,10 +199,12 @@ def main() -> None:
                        ("time/rollout_s", "rollout (wall s)"), ("count/transformer_fwd", "transformer fwd rows"),
                        ("count/transformer_bwd", "transformer bwd rows")):
         print(f"{label:22}{base[key]:>12.3f}{jagg[key]:>12.3f}{jagg[key] / base[key]:>10.3f}{paired(key):>10.3f}")
-    print(f"pass costs (median): fwd no-grad 1 row {c['fwd_nograd_1'] * 1e3:.1f} ms, fwd 1 row {c['fwd_1'] * 1e3:.1f} ms,"
-          f" bwd 1 row {c['bwd_1'] * 1e3:.1f} ms, fwd 2 rows {c['fwd_2'] * 1e3:.1f} ms, bwd 2 rows {c['bwd_2'] * 1e3:.1f} ms")
+    for n in ("baseline", "jagg"):
+        print(f"{n} update calls per step (update_batch {args.update_batch}): {describe(calls[n])}")
+    print("call costs (median): " + ", ".join(f"{rows} rows{' fwd+bwd' if graph else ' fwd'} {v * 1e3:.1f} ms"
+                                              for (rows, graph), v in sorted(costs.items())))
     print(f"ratios below: the {args.clock} clock, median of the rounds' paired ratios")
-    print(f"ideal update-time ratio {ideal:.3f} (from 1-row costs only: {ideal_per_row:.3f}); measured "
+    print(f"ideal update-time ratio {ideal:.3f} (the calls made, priced at their measured costs); measured "
           f"{result['update_time_ratio']:.3f} = {result['update_ratio_over_ideal']:.3f} x ideal "
           f"({'within' if abs(result['update_ratio_over_ideal'] - 1) <= 0.10 else 'NOT within'} 10%); "
           f"backward rows {result['bwd_count_ratio']:.3f} (target 0.700)")
