@@ -16,7 +16,7 @@ optimizer update (launcher/host_syncs.py). Then, unless ``--no-compile``, the sa
 (``compile_speedup`` = eager / compiled; the first compiled steps, which compile, are not timed). Ratios are medians
 over rounds of the round's paired ratio. The last output line is one JSON object.
 
-    .venv/bin/python scripts/bench_update.py                   # 2 CPU ranks, 1 + 1 blocks, 64x64: ~10 CPU-min
+    .venv/bin/python scripts/bench_update.py                   # 2 CPU ranks, 1 + 1 blocks, 16 + 16 tokens
     .venv/bin/python scripts/bench_update.py --no-compile --rounds 2
     .venv/bin/python scripts/bench_update.py --device cuda --ranks 1 --double 2 --single 4 --size 512
 """
@@ -182,7 +182,8 @@ def main() -> None:
                     help="block width: FLUX.1-dev's (wide) or the tiny twin's (a quick smoke run)")
     ap.add_argument("--double", type=int, default=1, help="double-stream blocks (FLUX.1-dev: 19)")
     ap.add_argument("--single", type=int, default=1, help="single-stream blocks (FLUX.1-dev: 38)")
-    ap.add_argument("--size", type=int, default=64, help="image side in pixels (64 -> 16 image tokens)")
+    ap.add_argument("--size", type=int, default=16,
+                    help="image side in pixels (the twin's VAE halves it, packing 2x2: 16 -> 16 image tokens)")
     ap.add_argument("--group", type=int, default=2, help="samples per prompt (one prompt per rank)")
     ap.add_argument("--sampling-steps", type=int, default=6)
     ap.add_argument("--fraction", type=float, default=0.8,
