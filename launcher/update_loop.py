@@ -13,7 +13,7 @@ import logging
 
 import torch
 
-from launcher.distributed import all_reduce_sum, collective_device
+from rewardflow.distributed import all_reduce_sum, collective_device
 from methods.update_rows import add_sums
 
 log = logging.getLogger(__name__)

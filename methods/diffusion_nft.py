@@ -23,26 +23,28 @@ trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.distributed import all_gather_cat, all_gather_objects
-from launcher.errors import ConfigError
-from methods.advantages import ADVANTAGE_MODES, compute_advantages
+from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.nft_loss import ADV_MODES, nft_loss, optimality_weight
-from methods.ode_solvers import SAMPLERS, solve
+from methods.diffusion_nft_config import DiffusionNFTConfig
+from methods.nft_loss import nft_loss, optimality_weight
+from methods.ode_solvers import solve
 from methods.old_policy import LaggingPolicy, old_policy_decay
-from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
+from methods.schedule import make_sigmas, quantize_model_time
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
+from rewardflow.errors import ConfigErrors
 
 log = logging.getLogger(__name__)
 
 
 class DiffusionNFT(Method):
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: DiffusionNFTConfig
+
+    def __init__(self, cfg: DiffusionNFTConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         if getattr(backbone, "guidance_scale", 1.0) > 1.0:
             # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
@@ -51,59 +53,46 @@ class DiffusionNFT(Method):
                         "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
                         backbone.guidance_scale)
             backbone.guidance_scale = 1.0
-        self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone.scheduler_config())
+        self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone)
         self.old_policy = LaggingPolicy(backbone.transformer)     # v_old = v at the start (their lines 576-580)
         self._decay = 0.0
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-
-        def require(ok: bool, key: str, msg: str) -> None:
-            if not ok:
-                raise ConfigError(f"method.{key}: {msg}")
-
-        require(m.group_size >= 2, "group_size", f"must be >= 2 for per-prompt advantages (got {m.group_size}); "
-                f"the authors use 24")
-        require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        require(m.sampling_steps >= 1, "sampling_steps", f"must be >= 1 (got {m.sampling_steps}); the authors use "
-                f"10 (25 with several rewards)")
-        require(m.sampler in SAMPLERS, "sampler", f"must be one of {SAMPLERS} (got {m.sampler!r}); the authors' "
-                f"solver is dpmpp_2m")
-        require(m.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
-        require(m.shift > 0, "shift", f"must be > 0 (got {m.shift})")
-        require(m.beta > 0, "beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors use 1 or 0.1")
-        require(m.kl_beta >= 0, "kl_beta", f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off")
-        require(m.adv_clip_max > 0, "adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the authors use 5")
-        require(m.advantage in ADVANTAGE_MODES, "advantage",
-                f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
-        require(m.adv_mode in ADV_MODES, "adv_mode", f"must be one of {ADV_MODES} (got {m.adv_mode!r})")
-        require(0 < m.timestep_fraction <= 1, "timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
-        require(int(m.timestep_fraction * m.sampling_steps) >= 1, "timestep_fraction",
-                f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per sample. "
-                f"Fix: method.timestep_fraction={1.0 / m.sampling_steps:.3g} or more")
-        require(m.old_decay_flat >= 0, "old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
-        require(m.old_decay_rate >= 0, "old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
-        require(0 <= m.old_decay_max < 1, "old_decay_max", f"must be in [0, 1) (got {m.old_decay_max}); 1 would "
-                f"freeze the sampling policy; the authors use 0.5 or 0.999")
-        require(m.update_batch >= 1, "update_batch", f"must be >= 1 (got {m.update_batch}): transformer rows per "
-                f"call of the update (docs/performance.md#batched-trained-steps)")
-        n = m.group_size * m.prompts_per_step
-        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
-                f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+        if m.group_size >= 1:
+            errors.require(m.group_size >= 2, "method.group_size", f"must be >= 2 for per-prompt advantages (got "
+                           f"{m.group_size}); the authors use 24")
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors "
+                       f"use 1 or 0.1")
+        errors.require(m.kl_beta >= 0, "method.kl_beta",
+                       f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off")
+        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
+                       f"must be > 0 (got {m.adv_clip_max}); the authors use 5")
+        if errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
+                          f"must be in (0, 1] (got {m.timestep_fraction})"):
+            errors.require(int(m.timestep_fraction * m.sampling_steps) >= 1, "method.timestep_fraction",
+                           f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
+                           f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more")
+        errors.require(m.old_decay_flat >= 0, "method.old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
+        errors.require(m.old_decay_rate >= 0, "method.old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
+        errors.require(0 <= m.old_decay_max < 1, "method.old_decay_max", f"must be in [0, 1) (got "
+                       f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
-        return method_cfg.kl_beta > 0
+    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
+        return cfg.kl_beta > 0
 
     @classmethod
-    def passes_per_sample(cls, method_cfg: DictConfig) -> tuple[int, int]:
-        """Declared transformer (forwards, backwards) per sample and step: the N-step rollout, then per trained time
-        the v_old and the trained forward (and the reference one with KL) and one backward."""
-        n = int(method_cfg.sampling_steps)
-        trained = int(method_cfg.timestep_fraction * n)
-        return n + trained * (2 + (1 if method_cfg.kl_beta > 0 else 0)), trained
+    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:
+        """The N-step rollout, then per trained time the v_old and the trained forward (and the reference one with
+        KL) and one backward."""
+        n = int(cfg.sampling_steps)
+        trained = int(cfg.timestep_fraction * n)
+        return n + trained * (2 + (1 if cfg.kl_beta > 0 else 0)), trained
 
     def num_trained(self) -> int:
         return int(self.cfg.timestep_fraction * self.cfg.sampling_steps)
@@ -135,20 +124,9 @@ class DiffusionNFT(Method):
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages over the whole step: rewards and keys gathered from every rank, each rank keeps its rows."""
-        keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
-        rewards = all_gather_cat(rollout.rewards)
-        all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
-        adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        rollout.advantages = adv.values.view(self.world.world_size, -1)[self.world.rank].to(rollout.images.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
-
-    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Each update's samples as one chunk (host-side indices); :meth:`backward` packs their rows into calls."""
-        b = len(rollout)
-        order = torch.randperm(b, generator=generator)          # their per-epoch shuffle (line 807)
-        per_update = b // int(self.cfg.updates_per_rollout)
-        return [[order[u:u + per_update]] for u in range(0, b, per_update)]
+        """Advantages over the whole step (by prompt string or by group), from every rank's rewards."""
+        return step_advantages(rollout, advantage_keys(rollout, self.cfg.advantage), self.cfg.advantage,
+                               self.cfg.global_std, self.cfg.adv_clip_max, self.world)
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def forward_noise(self, rollout: Rollout, samples: torch.Tensor) -> torch.Tensor:

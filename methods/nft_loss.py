@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import torch
 
-ADV_MODES = ("all", "positive_only", "negative_only", "one_only", "binary")
+from methods.diffusion_nft_config import AdvMode
 
 
 def optimality_weight(advantages: torch.Tensor, adv_clip_max: float, mode: str = "all") -> torch.Tensor:
     """``r`` in [0, 1] from advantages: clamped to +-adv_clip_max, optionally reshaped (``mode``, their
     ``train.adv_mode``), then mapped linearly so that A = 0 gives r = 1/2."""
-    if mode not in ADV_MODES:
-        raise ValueError(f"adv_mode must be one of {ADV_MODES}, got {mode!r}")
+    if mode not in tuple(AdvMode):
+        raise ValueError(f"adv_mode must be one of {', '.join(AdvMode)}, got {mode!r}")
     a = advantages.clamp(-adv_clip_max, adv_clip_max)
     if mode == "positive_only":
         a = a.clamp(0, adv_clip_max)

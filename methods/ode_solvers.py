@@ -23,13 +23,13 @@ from typing import Callable
 
 import torch
 
-SAMPLERS = ("euler", "dpmpp_2m", "unipc")
+from methods.diffusion_nft_config import Sampler
 
 
 def make_solver(name: str, sigmas: torch.Tensor):
     """A fresh diffusers scheduler that steps over ``sigmas`` (N + 1 values from 1 down to 0, the last one 0)."""
-    if name not in SAMPLERS:
-        raise ValueError(f"unknown sampler {name!r}; expected one of {SAMPLERS}")
+    if name not in tuple(Sampler):
+        raise ValueError(f"unknown sampler {name!r}; expected one of {', '.join(Sampler)}")
     grid = sigmas.detach().to("cpu", torch.float64)
     n = grid.numel() - 1
     if name == "euler":

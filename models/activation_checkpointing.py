@@ -1,6 +1,6 @@
 """Activation checkpointing as a choice (docs/performance.md#activation-checkpointing).
 
-``model.activation_checkpointing``:
+``model.activation_checkpointing`` (:class:`models.common_config.ActivationCheckpointing`):
 
 * ``none``: every block keeps its activations for the backward (fastest, most memory);
 * ``full``: every block is checkpointed: only its inputs are kept and its forward runs again in the backward (about
@@ -19,34 +19,37 @@ state dicts stay as they are (LoRA, FSDP2 sharding, DCP checkpoints and exports 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
+from models.common_config import ActivationCheckpointing
+from rewardflow.errors import ConfigErrors
 
-AC_MODES = ("none", "full", "every_k", "auto")
+
+def check_activation_checkpointing(model_cfg: Any, errors: ConfigErrors) -> None:
+    """The checks of ``model.activation_checkpointing`` (its mode is an enum, checked when the config is composed)."""
+    if model_cfg.activation_checkpointing == ActivationCheckpointing.every_k:
+        k = model_cfg.activation_checkpointing_k
+        errors.require(k >= 1, "model.activation_checkpointing_k",
+                       f"must be >= 1 with model.activation_checkpointing=every_k (got {k}). Fix: "
+                       f"model.activation_checkpointing_k=2 (every second block; 1 is full)")
 
 
-def resolve_activation_checkpointing(mode: str, k: int) -> str:
-    """The setting to apply for ``model.activation_checkpointing=mode`` (``auto`` resolves to ``full``); raises a
-    :class:`ConfigError` naming the key for values that cannot run."""
-    if mode not in AC_MODES:
-        raise ConfigError(f"model.activation_checkpointing must be one of {', '.join(AC_MODES)} (got {mode!r})")
-    if mode == "every_k" and int(k) < 1:
-        raise ConfigError(f"model.activation_checkpointing_k must be >= 1 with activation_checkpointing=every_k "
-                          f"(got {k}); 1 is full, 2 checkpoints every second block")
-    return "full" if mode == "auto" else mode
+def resolve_activation_checkpointing(mode: str) -> ActivationCheckpointing:
+    """The setting to apply for ``model.activation_checkpointing=mode`` (``auto`` resolves to ``full``)."""
+    mode = ActivationCheckpointing(mode)
+    return ActivationCheckpointing.full if mode == ActivationCheckpointing.auto else mode
 
 
 def checkpointed_blocks(n_blocks: int, mode: str, k: int = 2) -> list[int]:
     """Indices (in forward order) of the blocks a resolved ``mode`` checkpoints."""
-    if mode == "none":
+    if mode == ActivationCheckpointing.none:
         return []
-    if mode == "full":
+    if mode == ActivationCheckpointing.full:
         return list(range(n_blocks))
-    if mode == "every_k":
+    if mode == ActivationCheckpointing.every_k:
         return [i for i in range(n_blocks) if (i + 1) % int(k) == 0]
     raise ValueError(f"unresolved activation checkpointing mode {mode!r}")
 

@@ -14,18 +14,22 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
 from models.backbone import Backbone
+from models.backbone_config import Finetune
+from models.common_config import DiffusersModelConfig
 from models.frozen_reference import FrozenReference
+from models.sigma_grids import static_shift_sigmas
+from rewardflow.distributed import current_world
+from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.errors import ConfigError, ConfigErrors, require
 
 log = logging.getLogger(__name__)
 
-FINETUNE_MODES = ("full", "lora")
 ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
 
 
@@ -34,23 +38,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Compute dtype: bf16 on GPU, fp32 on CPU (bf16 is emulated and 1.5-6x slower there,
-    docs/development.md#bf16-on-the-cpu)."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16}[dtype]
-
-
-def dist_rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -180,6 +167,18 @@ class PromptCache:
         return [found[p] for p in prompts]
 
 
+def check_update_path(m: Any, errors: ConfigErrors) -> None:
+    """``model.activation_checkpointing`` and ``model.compile`` (docs/performance.md), before any model is built."""
+    from models.activation_checkpointing import check_activation_checkpointing
+    from models.compiled_blocks import compile_unavailable_reason
+
+    check_activation_checkpointing(m, errors)
+    if m.compile:
+        reason = compile_unavailable_reason(resolve_device(m.device))
+        errors.require(reason is None, "model.compile", f"true needs torch.compile's inductor: {reason}. Fix: "
+                       f"model.compile=false")
+
+
 # ------------------------------------------------------------------------------------------------ the base class
 class DiffusersBackbone(FrozenReference, Backbone):
     """Base of the diffusers family adapters (see module docstring).
@@ -192,35 +191,66 @@ class DiffusersBackbone(FrozenReference, Backbone):
     #: display name and canonical hub id of the family (for messages and README)
     family: str = "diffusers"
     hub_id: str = ""
-    #: attribute names of the transformer's block lists (one FSDP unit each) and the family's parallelize function
+    #: attribute names of the transformer's block lists, in forward order (one FSDP unit each)
     block_attrs: tuple[str, ...] = ()
-    parallelize_key: str = ""
+    #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
+    #: transformer's 2 x 2 patches (or packing). The loaded checkpoint's VAE is checked again when it is built.
+    image_size_multiple: int = 16
     #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
     guidance_scale: float = 1.0
 
     transformer: nn.Module
     pipe: object
 
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        k = cls.image_size_multiple
+        for key in ("height", "width"):
+            value = getattr(m, key)
+            errors.require(value > 0 and value % k == 0, f"model.{key}", f"must be a positive multiple of {k} for "
+                           f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
+                           f"model.{key}={max(k, round(value / k) * k)}")
+        errors.require(m.max_sequence_length >= 1, "model.max_sequence_length",
+                       f"must be >= 1 (got {m.max_sequence_length})")
+        errors.require(m.dtype not in (Dtype.float64, Dtype.fp64), "model.dtype",
+                       f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
+                       f"GPU, fp32 on the CPU)")
+        if m.finetune == Finetune.lora:
+            errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
+                           f"(got {m.lora_rank})")
+        check_update_path(m, errors)
+
     # -- construction -------------------------------------------------------------------------------------------
-    def _init_common(self, path: str, name: str | None, device: str, dtype: str, components: Sequence[str],
-                     prompt_cache_size: int | None = 4096, offload_text_encoders: bool = True,
-                     meta_init: bool = False) -> None:
-        self.name = name or self.name
-        self.path = str(path)
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
+    def _init_common(self, cfg: DiffusersModelConfig, components: Sequence[str]) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.path = str(cfg.path)
+        self.height, self.width = cfg.height, cfg.width
+        self.max_sequence_length = cfg.max_sequence_length
+        self.device = resolve_device(cfg.device)
+        self.dtype = torch_dtype(cfg.dtype, self.device.type)
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
         self.loader.check(components)                         # every missing piece named before anything loads
-        self.offload_text_encoders = bool(offload_text_encoders) and self.device.type != "cpu"
+        self.offload_text_encoders = bool(cfg.offload_text_encoders) and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
-        self._prompt_cache = PromptCache(prompt_cache_size, store)
+        self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        rank, world = dist_rank_world()
-        self._meta_init_all = bool(meta_init) and world > 1     # same value on every rank (collectives follow it)
-        self._meta_init = self._meta_init_all and rank != 0     # this rank builds the transformer on meta
+        world = current_world()
+        self._meta_init_all = bool(cfg.meta_init) and world.world_size > 1   # same on every rank (collectives follow)
+        self._meta_init = self._meta_init_all and world.rank != 0           # this rank builds the transformer on meta
         self._materialized = not self._meta_init
         self._materialized_all = not self._meta_init_all
+
+    def _require_image_size(self, multiple: int) -> None:
+        """The loaded checkpoint's own size rule (its VAE may differ from the published one ``check`` assumes)."""
+        for key in ("height", "width"):
+            value = getattr(self, key)
+            require(value % multiple == 0, f"model.{key}",
+                    f"must be a multiple of {multiple} for the VAE of model.path={self.path!r} (got {value})")
 
     def _load(self, cls, subfolder: str, **kwargs):
         return self.loader.load(cls, subfolder, **kwargs)
@@ -242,25 +272,22 @@ class DiffusersBackbone(FrozenReference, Backbone):
                 return cls.from_config(config)
         return self._load(cls, subfolder, torch_dtype=torch.float32)
 
-    def _init_training(self, finetune: str, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
-                       keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module,
-                       activation_checkpointing: str = "none", activation_checkpointing_k: int = 2,
-                       compile: bool = False) -> None:
+    def _init_training(self, keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module) -> None:
         """The fine-tuning mode, then the update path (docs/performance.md): activation checkpointing of the chosen
-        blocks and, with ``compile``, every block compiled in place, both before any sharding."""
+        blocks and, with ``model.compile``, every block compiled in place, both before any sharding."""
         from models.activation_checkpointing import apply_activation_checkpointing, resolve_activation_checkpointing
         from models.compiled_blocks import compile_blocks
 
-        ac_mode = resolve_activation_checkpointing(activation_checkpointing, activation_checkpointing_k)
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
-        self._configure_finetune(finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
-        self.activation_checkpointing = ac_mode
-        self.checkpointed_blocks = apply_activation_checkpointing(self.transformer, self.transformer_blocks(), ac_mode,
-                                                                  activation_checkpointing_k)
-        self.compiled = bool(compile)
+        self._configure_finetune(keep_reference)
+        k = self.cfg.activation_checkpointing_k
+        self.activation_checkpointing = resolve_activation_checkpointing(self.cfg.activation_checkpointing)
+        self.checkpointed_blocks = apply_activation_checkpointing(self.transformer, self.transformer_blocks(),
+                                                                  self.activation_checkpointing, k)
+        self.compiled = bool(self.cfg.compile)
         if self.compiled:
             compile_blocks([b for m in self.transformer_modules() for b in self.transformer_blocks(m)], self.device)
         if self._materialized:
@@ -270,19 +297,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self.transformer.train()
 
     # -- fine-tuning mode ---------------------------------------------------------------------------------------
-    def _configure_finetune(self, finetune, rank, alpha, targets, keep_reference) -> None:
-        if finetune not in FINETUNE_MODES:
-            raise ConfigError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
-        self.finetune = finetune
-        if finetune == "lora":
+    def _configure_finetune(self, keep_reference: bool) -> None:
+        cfg = self.cfg
+        self.finetune = cfg.finetune
+        if cfg.finetune == Finetune.lora:
             from peft import LoraConfig
 
             self.transformer.requires_grad_(False)
             try:
-                self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                                        target_modules=list(targets)), adapter_name=ADAPTER_NAME)
+                self.transformer.add_adapter(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                                        init_lora_weights="gaussian",
+                                                        target_modules=list(cfg.lora_targets)),
+                                             adapter_name=ADAPTER_NAME)
             except ValueError as e:
-                raise ConfigError(f"model.lora_targets={list(targets)} match no module of "
+                raise ConfigError(f"model.lora_targets={list(cfg.lora_targets)} match no module of "
                                   f"{type(self.transformer).__name__} ({e})") from None
         else:
             self.transformer.requires_grad_(True)
@@ -291,6 +319,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
     @property
     def latent_shape(self) -> tuple[int, ...]:
         return self._latent_shape          # set by each family's constructor
+
+    def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
+        """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
+        raise NotImplementedError
+
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """The family scheduler's static-shift grid (its own config, ``shift`` replacing the config's)."""
+        return static_shift_sigmas(num_steps, shift, dict(self.scheduler.config))
+
+    def pipeline_kwargs(self) -> dict:
+        """Arguments of the family's diffusers pipeline call that sample as this backbone is set up (size, text
+        length, guidance): ``backbone.pipe(prompts, **backbone.pipeline_kwargs())``."""
+        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
+                    guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
 
     @property
     def do_cfg(self) -> bool:
@@ -354,6 +396,26 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._neg_cache[prompt]
 
     # -- guidance ----------------------------------------------------------------------------------------------
+    def guided_velocity(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
+                        uncond: dict[str, torch.Tensor | None], renorm_dim: int | None = None,
+                        **shared: object) -> torch.Tensor:
+        """The transformer's fp32 prediction for ``latents`` at ``timestep`` (the family's time input), with true
+        classifier-free guidance when :attr:`do_cfg`: ONE forward over the rows ``[uncond, cond]`` (``uncond``: the
+        negative prompt's tensors, each of batch 1, broadcast to the batch; the same keys as ``cond``) combined by
+        :meth:`cfg_combine`; otherwise the conditional forward alone. ``shared``: keyword arguments of the forward
+        that do not depend on the row."""
+        x, t, inputs = latents, timestep, cond
+        if self.do_cfg:
+            b = latents.shape[0]
+            inputs = {k: torch.cat([uncond[k].expand(b, *uncond[k].shape[1:]), v]) for k, v in cond.items()}
+            x, t = torch.cat([x, x]), torch.cat([t, t])
+        with self._autocast():
+            out = self._active(hidden_states=x, timestep=t, **inputs, **shared, return_dict=False)[0].float()
+        if not self.do_cfg:
+            return out
+        v_u, v_c = out.chunk(2)
+        return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim)
+
     @staticmethod
     def cfg_combine(v_uncond: torch.Tensor, v_cond: torch.Tensor, scale: float,
                     renorm_dim: int | None = None) -> torch.Tensor:
@@ -370,30 +432,36 @@ class DiffusersBackbone(FrozenReference, Backbone):
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:
         """The transformer blocks (one FSDP unit each), in forward order."""
-        module = module if module is not None else self.transformer
-        return [b for attr in self.block_attrs for b in getattr(module, attr)]
+        from models.parallelize import transformer_blocks
+
+        return transformer_blocks(module if module is not None else self.transformer, self.block_attrs)
+
+    @classmethod
+    def shard_transformer(cls, module: nn.Module, mesh, **kwargs) -> nn.Module:
+        """FSDP2 over a transformer of this family (``kwargs``: :func:`models.parallelize.parallelize_blocks`'s):
+        one unit per block of ``block_attrs``, the root last."""
+        from models.parallelize import parallelize_blocks, transformer_blocks
+
+        return parallelize_blocks(module, transformer_blocks(module, cls.block_attrs), mesh, **kwargs)
 
     def parallelize(self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True,
                     mp_policy=None) -> None:
-        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style, through
-        the family's ``parallelize_<family>`` (activation checkpointing, then ``fully_shard`` per block with a
-        ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE stay replicated and unsharded. With
-        ``meta_init``, rank 0's weights are then broadcast into every rank's shards. Call on every rank, before the
-        optimizer is built (it must see the sharded parameters)."""
+        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
+        (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
+        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE
+        stay replicated and unsharded. With ``meta_init``, rank 0's weights are then broadcast into every rank's
+        shards. Call on every rank, before the optimizer is built (it must see the sharded parameters)."""
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        from models.parallelize import PARALLELIZE
-
-        fn = PARALLELIZE[self.parallelize_key]
         ac = bool(activation_checkpointing)      # None: as model.activation_checkpointing set it at construction
-        rank, _ = dist_rank_world()
+        rank = current_world().rank
         for module in self.transformer_modules():
             full = None
             if self._meta_init_all and not self._materialized_all:
                 full = module.state_dict() if rank == 0 else {}
-            fn(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
-               activation_checkpointing=ac and module is self.transformer)
+            self.shard_transformer(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
+                                   activation_checkpointing=ac and module is self.transformer)
             if full is not None:
                 if rank != 0:
                     module.to_empty(device=self.device)
@@ -436,7 +504,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         (``<Transformer>.from_pretrained(dir, subfolder="transformer")``). Works sharded: every rank must call it,
         rank 0 writes. ``rewardflow_export.json`` records the base model and mode."""
         out = Path(save_directory)
-        rank, _ = dist_rank_world()
+        rank = current_world().rank
         if self.finetune == "lora":
             state, meta = self._lora_state_dict(), self._lora_metadata()
             if rank == 0:
@@ -456,10 +524,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return out
 
     def _write_transformer(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
-        from diffusers import __version__ as diffusers_version
         import inspect
         import logging
 
+        from diffusers import __version__ as diffusers_version
         from huggingface_hub import save_torch_state_dict
 
         # its module logs "weights saved" at INFO under its file path; the trainer logs the export itself

@@ -15,7 +15,7 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 
 
 def compile_unavailable_reason(device: torch.device) -> str | None:

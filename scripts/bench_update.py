@@ -42,6 +42,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from launcher.config import compose  # noqa: E402
 from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
 BATCHED, ROWWISE = 8, 1
@@ -54,19 +55,6 @@ def model_folder(config: str, double: int, single: int) -> Path:
 
     base = WIDE_TRANSFORMER if config == "wide" else TINY_TRANSFORMER
     return materialize_tiny_flux_variant({**base, "num_layers": double, "num_single_layers": single})
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
 
 
 class UpdateProbe:

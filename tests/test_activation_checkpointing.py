@@ -8,7 +8,7 @@ import torch
 
 from conftest import compose
 from families import FAMILIES, NAMES
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.validate import validate
 from models.activation_checkpointing import apply_activation_checkpointing, checkpointed_blocks
 

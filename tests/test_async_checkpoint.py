@@ -8,7 +8,7 @@ import torch
 
 from dist_utils import run_distributed
 from launcher.checkpoint import CheckpointManager
-from launcher.distributed import current_world
+from rewardflow.distributed import current_world
 
 
 def _model_and_optimizer(sharded: bool):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from families import FAMILIES
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from models.compiled_blocks import compile_blocks, compile_unavailable_reason
 
 pytestmark = pytest.mark.skipif(compile_unavailable_reason(torch.device("cpu")) is not None,

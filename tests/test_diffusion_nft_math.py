@@ -10,10 +10,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from methods.nft_loss import ADV_MODES, nft_loss, optimality_weight
-from methods.ode_solvers import SAMPLERS, make_solver, solve
+from methods.diffusion_nft_config import AdvMode, Sampler
+from methods.nft_loss import nft_loss, optimality_weight
+from methods.ode_solvers import make_solver, solve
 from methods.old_policy import LaggingPolicy, old_policy_decay
-from methods.schedule import linear_shift_sigmas, scheduler_sigmas
+from methods.schedule import linear_shift_sigmas
+from models.sigma_grids import static_shift_sigmas
 
 float64 = pytest.mark.usefixtures("float64")
 
@@ -102,7 +104,7 @@ def test_loss_and_gradient_equal_the_authors_code(beta, kl_beta, adv_mode):
 def test_optimality_weight_is_half_at_zero_advantage_and_saturates_at_the_clamp():
     a = torch.tensor([-100.0, -5.0, -2.5, 0.0, 2.5, 5.0, 100.0])
     torch.testing.assert_close(optimality_weight(a, 5.0), torch.tensor([0.0, 0.0, 0.25, 0.5, 0.75, 1.0, 1.0]))
-    assert set(ADV_MODES) == {"all", "positive_only", "negative_only", "one_only", "binary"}
+    assert set(AdvMode) == {"all", "positive_only", "negative_only", "one_only", "binary"}
     with pytest.raises(ValueError, match="adv_mode"):
         optimality_weight(a, 5.0, "clip")
 
@@ -207,7 +209,7 @@ def authors_dpm2(v_pred_fn, z, sigma_schedule):
 
 @pytest.mark.parametrize("n", [10, 25])
 def test_dpmpp_2m_is_the_authors_dpm2(n):
-    sigmas = scheduler_sigmas(n, 3.0)
+    sigmas = static_shift_sigmas(n, 3.0)
     v, _ = gaussian_velocity(0.4, 0.5)
     eps = torch.randn(3, *LATENT, generator=torch.Generator().manual_seed(n))
     ours = solve("dpmpp_2m", sigmas, v, eps.clone())
@@ -216,7 +218,7 @@ def test_dpmpp_2m_is_the_authors_dpm2(n):
 
 
 def test_euler_is_the_plain_euler_step_on_the_given_grid():
-    sigmas = scheduler_sigmas(10, 3.0)
+    sigmas = static_shift_sigmas(10, 3.0)
     v, _ = gaussian_velocity(-0.2, 0.7)
     x = torch.randn(2, *LATENT, generator=torch.Generator().manual_seed(1))
     ref = x.clone()
@@ -226,8 +228,8 @@ def test_euler_is_the_plain_euler_step_on_the_given_grid():
 
 
 def test_every_solver_steps_on_the_grid_it_is_given():
-    sigmas = scheduler_sigmas(7, 3.0)
-    for name in SAMPLERS:
+    sigmas = static_shift_sigmas(7, 3.0)
+    for name in Sampler:
         solver = make_solver(name, sigmas)
         torch.testing.assert_close(solver.sigmas.double(), sigmas, rtol=0, atol=1e-7)
         assert len(solver.timesteps) == 7
@@ -242,5 +244,5 @@ def test_second_order_solvers_beat_euler_on_a_uniform_grid(std):
     eps = torch.randn(64, *LATENT, generator=torch.Generator().manual_seed(2))
     for n in (10, 20, 40):
         err = {name: float((solve(name, linear_shift_sigmas(n, 1.0), v, eps.clone()) - flow_map(eps)).abs().mean())
-               for name in SAMPLERS}
+               for name in Sampler}
         assert err["dpmpp_2m"] < err["euler"] / 5 and err["unipc"] < err["euler"] / 5, (n, err)

@@ -12,7 +12,7 @@ import torch
 from hydra.utils import get_class, instantiate
 
 from conftest import compose
-from models.nfe_counter import NFECounter
+from rewardflow.nfe_counter import NFECounter
 from rewards.color import ColorReward
 
 PROMPTS = ["a red square", "a blue circle"]

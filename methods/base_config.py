@@ -1,0 +1,22 @@
+"""The config fields every method shares; :meth:`methods.base.Method.check` checks them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+
+@dataclass
+class MethodConfig:
+    """The shape of one training step. Each method's config sets its recipe's values (``conf/train.yaml`` then
+    scales them down for the CPU demo; experiment presets restore paper scale)."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    group_size: int = MISSING         # G generations (samples) per prompt
+    prompts_per_step: int = MISSING   # prompts per step, global across ranks: B = prompts_per_step x group_size samples
+    sampling_steps: int = MISSING     # N steps of the sampler's time grid
+    updates_per_rollout: int = 1      # optimizer steps per rollout: the B samples are split into this many updates
+    update_batch: int = 8             # transformer rows per call of the update, CFG rows counted: the memory bound
+                                      # (docs/performance.md#batched-trained-steps; the gradient does not depend on it)
+    shuffle_samples: bool = False     # shuffle the samples before splitting them into updates (Flow-GRPO)

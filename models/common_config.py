@@ -1,0 +1,40 @@
+"""The config fields every diffusers family shares (:class:`models.common.DiffusersBackbone`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Optional
+
+from omegaconf import MISSING
+
+from models.backbone_config import ModelConfig
+from rewardflow.dtypes import Dtype
+
+
+class ActivationCheckpointing(StrEnum):
+    """Which transformer blocks keep only their inputs and run their forward again in the backward
+    (docs/performance.md#activation-checkpointing)."""
+
+    none = "none"         # every block keeps its activations: fastest, most memory
+    full = "full"         # every block is checkpointed
+    every_k = "every_k"   # one block of every model.activation_checkpointing_k consecutive blocks
+    auto = "auto"         # full, until a memory planner picks the cheapest setting that fits
+
+
+@dataclass
+class DiffusersModelConfig(ModelConfig):
+    path: Optional[str] = MISSING     # hub id or a local folder laid out like the family's diffusers repository
+    height: int = 512                 # image size in pixels
+    width: int = 512
+    max_sequence_length: int = MISSING   # text tokens
+    lora_rank: int = 32
+    lora_alpha: float = 64.0
+    lora_targets: list[str] = MISSING    # module names the LoRA adapter wraps
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.auto
+    activation_checkpointing_k: int = 2   # every_k: one block of every k consecutive blocks is checkpointed
+    compile: bool = False             # torch.compile every transformer block (docs/performance.md#compiled-blocks)
+    device: str = "auto"              # auto: cuda if available, else cpu
+    dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)
+    prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
+    offload_text_encoders: bool = True        # GPU: text encoders on the CPU except while encoding new prompts
+    meta_init: bool = False           # FSDP: ranks > 0 build the transformer on meta, parallelize() broadcasts rank 0's
