@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import compose
 from families import FAMILIES
+from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from models.compiled_blocks import compile_blocks, compile_unavailable_reason
 
@@ -45,3 +47,11 @@ def test_compile_refuses_a_device_it_cannot_compile_for(monkeypatch):
     monkeypatch.setattr(cb.shutil, "which", lambda name: None)
     with pytest.raises(ConfigError, match="model.compile=true: inductor needs a C\\+\\+ compiler"):
         compile_blocks([torch.nn.Linear(2, 2)], torch.device("cpu"))
+
+
+def test_compile_without_a_compiler_is_a_config_error_before_any_model_is_built(monkeypatch, no_model_building):
+    import models.compiled_blocks as cb
+
+    monkeypatch.setattr(cb.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="model.compile: .*C\\+\\+ compiler.*Fix: model.compile=false"):
+        validate(compose(["model=tiny_flux", "model.device=cpu", "model.compile=true"]))

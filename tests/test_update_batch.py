@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hydra.utils import get_class, instantiate
-
 from conftest import compose
+from launcher.components import build
 from rewardflow.nfe_counter import NFECounter
 from rewards.color import ColorReward
+from rewards.color_config import ColorRewardConfig
 
 PROMPTS = ["a red square", "a blue circle"]
 METHODS = {   # method -> overrides (small, and each exercising its packing: JAGG with a JAGG and an exact group, ...)
@@ -41,8 +41,8 @@ def backbone():
     old = torch.get_num_threads()
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    bb = instantiate(compose(["model=tiny_flux", "model.finetune=lora", "model.lora_rank=4"]).model,
-                     keep_reference=True)
+    bb = build(compose(["model=tiny_flux", "model.finetune=lora", "model.lora_rank=4"]).model, "model",
+               keep_reference=True)
     bb.transformer.double()
     handle = bb.transformer.register_forward_pre_hook(_float64_inputs, with_kwargs=True)
     yield bb
@@ -55,7 +55,7 @@ def _method(name: str, backbone):
     chosen = [o for o in overrides if o.startswith("method=")] or [f"method={name}"]
     cfg = compose([*chosen, "method.group_size=3", "method.prompts_per_step=2", "method.updates_per_rollout=1",
                    *[o for o in overrides if not o.startswith("method=")]])
-    return get_class(cfg.method._target_)(cfg.method, backbone)
+    return build(cfg.method, "method", backbone)
 
 
 def _update_gradient(method, rollout, samples, update_batch):
@@ -77,7 +77,7 @@ def test_batched_update_gradient_equals_the_row_at_a_time_gradient(name, backbon
     method = _method(name, backbone)
     gen = torch.Generator().manual_seed(0)
     rollout = method.rollout(PROMPTS, gen)
-    method.score(rollout, ColorReward())
+    method.score(rollout, ColorReward(ColorRewardConfig()))
     method.prepare_update(rollout)
     [[samples]] = method.update_plan(rollout, torch.Generator().manual_seed(1))
 
