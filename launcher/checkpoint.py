@@ -41,6 +41,7 @@ from torch.distributed.checkpoint.api import CheckpointException     # a BaseExc
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from launcher import rng_state
+from launcher.async_checkpoint import AsyncSaver
 from launcher.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 from rewardflow.distributed import World, any_rank, barrier, broadcast_object
 from rewardflow.errors import ConfigError
@@ -89,10 +90,11 @@ class CheckpointManager:
     adapter when training LoRA; frozen weights come back from the pretrained checkpoint at start-up.
     """
 
-    def __init__(self, root: str | Path, world: World, keep_last: int = 2):
+    def __init__(self, root: str | Path, world: World, keep_last: int = 2, asynchronous: bool = False):
         self.root = Path(root)
         self.world = world
         self.keep_last = max(1, keep_last)
+        self.saver = AsyncSaver() if asynchronous else None     # launcher/async_checkpoint.py
 
     # -- finding ------------------------------------------------------------------------------------------------
     def complete(self) -> list[Path]:
@@ -112,9 +114,12 @@ class CheckpointManager:
         """Collective: every rank must call it with the same ``step``. ``extra``: more tensors (possibly
         DTensors) saved under ``method``. ``states``: more stateful objects by name (``state_dict`` /
         ``load_state_dict``, e.g. an EMA whose tensors are sharded like the weights, a torch LR scheduler), saved in
-        the same DCP checkpoint; ``meta.json`` lists their names."""
+        the same DCP checkpoint; ``meta.json`` lists their names. Asynchronous managers return once the state is
+        staged in host memory; the checkpoint appears (is committed) when the background write has finished
+        (:meth:`wait`)."""
         states = dict(states or {})
         t0 = time.perf_counter()
+        self.wait()                                       # the previous save is committed before this one starts
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
         if self.world.is_main:
@@ -122,22 +127,38 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
-        with _dcp_quiet():
-            dcp.save({"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {}), **states},
-                     checkpoint_id=str(tmp), no_dist=_single_process())
+        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {}), **states}
         rng_state.save(_rank_file(tmp, self.world.rank))
+        meta = {**meta, "step": step, "world_size": self.world.world_size, "states": sorted(states)}
+        commit = (lambda: self._commit(tmp, final, meta)) if self.world.is_main else None
+        if self.saver is not None:
+            with _dcp_quiet():
+                self.saver.start(state, str(tmp), commit)
+            log.info("checkpoint %s staged in %.2f s, writing in the background", final, time.perf_counter() - t0)
+            return final
+        with _dcp_quiet():
+            dcp.save(state, checkpoint_id=str(tmp), no_dist=_single_process())
         barrier()
-        if self.world.is_main:
-            _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size,
-                                                        "states": sorted(states)}))
-            _fsync_write(tmp / MARKER, f"{step}\n")
-            if final.exists():                            # a re-save of the same step (replayed after resume)
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            self._prune()
+        if commit is not None:
+            commit()
         barrier()
         log.info("checkpoint %s written in %.2f s", final, time.perf_counter() - t0)
         return final
+
+    def wait(self) -> None:
+        """Collective: block until an asynchronous save in flight is written and committed, on every rank (no-op
+        without one)."""
+        if self.saver is not None and self.saver.wait():
+            barrier()                                     # rank 0's commit is visible to all once they pass
+
+    def _commit(self, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
+        """Rank 0, once every rank's shards are written: ``meta.json``, ``COMPLETE``, the rename, pruning."""
+        _fsync_write(tmp / "meta.json", json.dumps(meta))
+        _fsync_write(tmp / MARKER, f"{meta['step']}\n")
+        if final.exists():                                # a re-save of the same step (replayed after resume)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        self._prune()
 
     def _prune(self) -> None:
         for old in self.complete()[:-self.keep_last]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -31,9 +30,10 @@ from launcher.resume import copy_history, load_start_point
 from launcher.run_lock import lock_run_dir
 from launcher.run_logger import RunLogger
 from launcher.step_log import StepLog, progress_bar_shown
+from launcher.update_loop import UpdateLoop
 from launcher.validate import validate
 from models.prompt_truncation import truncation_warning
-from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+from rewardflow.distributed import (all_gather_cat, all_reduce_sum, broadcast_object, collective_device,
                                     init_distributed, submitit_job_env)
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
@@ -129,8 +129,11 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optimizer, self.params)
         self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
         self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
+        self.updates = UpdateLoop(self.method, self.optimizer, self.params, float(t.max_grad_norm),
+                                  after_step=self._update_ema)
         self.counter = NFECounter(self.backbone.transformer_modules())
-        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts))
+        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts),
+                                             asynchronous=bool(t.async_checkpoint))
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
@@ -223,7 +226,7 @@ class Trainer:
                             int((~torch.isfinite(rewards)).sum()), rewards.numel())
             else:
                 metrics.update(method.prepare_update(rollout))
-                skipped, update_metrics = self._run_updates(rollout, generator)
+                skipped, update_metrics = self.updates.run(rollout, generator)
                 metrics.update(update_metrics)
             method.end_step(step)
         # components may report extra per-step metrics (e.g. reward/<component>, jagg/cos_group_<g>)
@@ -261,55 +264,10 @@ class Trainer:
                 f"({self.info.run_dir / 'samples'}).")
         return metrics
 
-    def _run_updates(self, rollout, generator) -> tuple[int, dict[str, float]]:
-        """All optimizer updates of one rollout; returns (number of skipped updates, averaged statistics).
-
-        Statistics are per-sample sums on each rank, summed over ranks and divided by the number of samples; the
-        skip decision is taken jointly (``any_rank``) so sharded parameters never diverge between ranks.
-        """
-        sums: dict[str, float] = {}
-        grad_norms, n_samples, skipped = [], 0, 0
-        for update in self.method.update_plan(rollout, generator):
-            update_size = sum(len(mb) for mb in update)
-            stats: dict[str, float] = {}
-            for mb in update:
-                for k, v in self.method.backward(rollout, mb, update_size).items():
-                    stats[k] = stats.get(k, 0.0) + v
-            norm = self._grad_norm()
-            if any_rank(bool(stats.pop("nonfinite", 0.0)) or not math.isfinite(norm)):
-                skipped += 1
-                log.warning("non-finite loss or gradient (grad norm %s); optimizer step skipped", norm)
-                self.optimizer.zero_grad(set_to_none=True)
-                continue
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=True)
-            if self.ema is not None:
-                self.ema.update()
-            grad_norms.append(norm)
-            n_samples += update_size
-            for k, v in stats.items():
-                sums[k] = sums.get(k, 0.0) + v
-        keys = sorted(sums)
-        totals = all_reduce_sum(torch.tensor([sums[k] for k in keys] + [float(n_samples)], dtype=torch.float64,
-                                             device=collective_device())).tolist()
-        out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
-        if grad_norms:
-            out["grad_norm"] = sum(grad_norms) / len(grad_norms)
-        return skipped, out
-
-    def _grad_norm(self) -> float:
-        """Global gradient norm (over all ranks' shards) before clipping; clips when max_grad_norm > 0."""
-        max_norm = float(self.cfg.trainer.max_grad_norm)
-        grads = [p for p in self.params if p.grad is not None]
-        if not grads:
-            return 0.0
-        if max_norm > 0:
-            norm = torch.nn.utils.clip_grad_norm_(grads, max_norm)
-        else:
-            norm = torch.nn.utils.get_total_norm([p.grad for p in grads])
-        if hasattr(norm, "full_tensor"):                 # DTensor under FSDP2
-            norm = norm.full_tensor()
-        return float(norm)
+    def _update_ema(self) -> None:
+        """After each optimizer step: the EMA of the weights follows them (``trainer.ema_decay``)."""
+        if self.ema is not None:
+            self.ema.update()
 
     def _log_samples(self, rollout, step: int) -> None:
         g = int(self.cfg.method.group_size)
@@ -345,6 +303,7 @@ class Trainer:
                 last = step == steps - 1
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
+                    self.checkpoints.wait()                         # written before the job hands over
                     self.logger.finish(exit_code=0)
                     self.preemption.hand_over(self.world.is_main)   # requeues (rank 0 exits here)
                     return float("nan")
@@ -387,6 +346,7 @@ class Trainer:
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
             self.save_checkpoint(int(self.cfg.trainer.steps) - 1)   # the end state is a checkpoint too
+        self.checkpoints.wait()              # an asynchronous save in flight is committed, even after a failure
         if exit_code == 0 and self.cfg.trainer.export:
             self._export()
         if not self.world.is_main:

@@ -18,6 +18,7 @@ class TrainerConfig:
     progress: bool = True             # progress bar with reward and s/step (drawn on a terminal only)
     log_every: int = 10               # a plain log line every N steps (console and run log); 0: off
     ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
+    async_checkpoint: bool = False    # write checkpoints in the background (docs/performance.md#asynchronous-checkpoints)
     keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
     resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
     resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder

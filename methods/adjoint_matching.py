@@ -28,6 +28,7 @@ from methods.base import Rollout
 from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
 from methods.soc_base import SOCMethod
+from methods.update_rows import add_sums
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -154,8 +155,15 @@ class AdjointMatching(SOCMethod):
         return {}
 
     # -- 4. regression ------------------------------------------------------------------------------------------
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """The regression of every sample's loss rows, whole samples per call of ``method.update_batch`` rows."""
         samples = samples.to(rollout.latents.device)
+        totals: dict[str, torch.Tensor] = {}
+        for part in self.loss_calls(samples, rollout.train_steps.shape[1]):
+            add_sums(totals, self._loss_backward(rollout, part, update_size))
+        return totals
+
+    def _loss_backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         steps = rollout.train_steps[samples]
         m, t_count = steps.shape
         x = rollout.latents[samples[:, None], steps].flatten(0, 1)
@@ -168,5 +176,5 @@ class AdjointMatching(SOCMethod):
         residual = u + expand_time(self.schedule.sigma(t), a) * a.to(u.dtype)
         per_sample = self.squared_norm(residual).view(m, t_count).mean(1)
         stats = self.finish_loss(per_sample, update_size)
-        stats["soc/control_norm"] = float(u.detach().flatten(1).norm(dim=1).view(m, t_count).mean(1).sum())
+        stats["soc/control_norm"] = u.detach().flatten(1).norm(dim=1).view(m, t_count).mean(1).sum()
         return stats

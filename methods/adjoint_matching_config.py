@@ -16,6 +16,7 @@ class AdjointMatchingConfig(SOCConfig):
     loss_random_steps: int = 10       # ... plus this many random earlier steps per sample (AM App. G.2)
     denoise_last_step: bool = True    # reward at X_{K-1} + h v_pre(X_{K-1}) instead of the noisy X_K (AM App. G.1)
     loss_clip: float = 1.6            # AM App. G.3: LCT = 1.6 lambda^2
+    update_batch: int = 20            # one sample's 20 loss steps per call (and 20 samples per rollout / VJP call)
 
 
 SCHEMAS = {"method": {"adjoint_matching": AdjointMatchingConfig}}

@@ -6,9 +6,9 @@ The loop in :mod:`launcher.trainer` runs, for every step::
     method.score(rollout, reward)                       # rewards                 (time/reward_s)
     method.prepare_update(rollout)                      # advantages / targets    (time/update_s ...)
     for update in method.update_plan(rollout, gen):     # ... one optimizer step per update
-        for micro_batch in update:
-            method.backward(rollout, micro_batch, n)    # forward + backward, grads accumulate
-        clip, step, zero_grad
+        for chunk in update:                            # the built-in methods: one chunk per update
+            method.backward(rollout, chunk, n)          # forward + backward, grads accumulate
+        clip, step (or skip), zero_grad                 # one host sync per update (launcher/update_loop.py)
     method.end_step(step)                               # after the updates (e.g. move a lagging sampling policy)
     log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
 
@@ -79,8 +79,10 @@ class Method(abc.ABC):
         record in ``errors`` what this method cannot run with. ``cfg`` is the whole run config (typed; this method's
         is ``cfg.method``). Subclasses add their rules after ``super().check(cfg, errors)``."""
         m = cfg.method
-        for key in ("group_size", "prompts_per_step", "micro_batch"):
+        for key in ("group_size", "prompts_per_step"):
             errors.require(getattr(m, key) >= 1, f"method.{key}", f"must be >= 1 (got {getattr(m, key)})")
+        errors.require(m.update_batch >= 1, "method.update_batch", f"must be >= 1 (got {m.update_batch}): transformer "
+                       f"rows per call of the update, CFG rows counted (docs/performance.md#batched-trained-steps)")
         errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
         n = m.group_size * m.prompts_per_step
         errors.require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
@@ -120,13 +122,14 @@ class Method(abc.ABC):
         return {}
 
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update. Default:
-        the samples (shuffled with ``method.shuffle_samples``) in ``updates_per_rollout`` equal updates of
-        ``micro_batch``-sized micro-batches."""
+        """Sample indices grouped as ``[update][chunk] -> LongTensor`` (host tensors); one optimizer step per
+        update. Default: the samples (shuffled with ``method.shuffle_samples``) in ``updates_per_rollout`` equal
+        updates, each one chunk: ``backward`` packs a chunk's trained rows into transformer calls of
+        ``method.update_batch`` rows (methods/update_rows.py)."""
         b = len(rollout)
         order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
         per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch))) for u in range(0, b, per_update)]
+        return [[order[u:u + per_update]] for u in range(0, b, per_update)]
 
     def end_step(self, step: int) -> None:
         """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""
@@ -141,6 +144,7 @@ class Method(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Forward + backward of the loss of ``samples`` (gradients accumulate), normalised so the whole update's
-        gradient is the mean over its ``update_size`` samples. Returns sums of statistics (see ``launcher.trainer``)."""
+        gradient is the mean over its ``update_size`` samples. Returns per-sample sums of statistics as device
+        tensors (nothing read back to the host; a non-finite ``loss`` skips the update; launcher/update_loop.py)."""

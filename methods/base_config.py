@@ -17,5 +17,6 @@ class MethodConfig:
     prompts_per_step: int = MISSING   # prompts per step, global across ranks: B = prompts_per_step x group_size samples
     sampling_steps: int = MISSING     # N steps of the sampler's time grid
     updates_per_rollout: int = 1      # optimizer steps per rollout: the B samples are split into this many updates
-    micro_batch: int = 1              # samples per training forward (the memory bound)
+    update_batch: int = 8             # transformer rows per call of the update, CFG rows counted: the memory bound
+                                      # (docs/performance.md#batched-trained-steps; the gradient does not depend on it)
     shuffle_samples: bool = False     # shuffle the samples before splitting them into updates (Flow-GRPO)

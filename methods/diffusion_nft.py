@@ -11,9 +11,10 @@ sources, line by line, and every choice their code leaves open):
    trains (a random subset, their per-sample permutation) and a noise seed.
 2. ``prepare_update``: advantages of the gathered rewards by prompt over the global std
    (:func:`methods.advantages.compute_advantages`, their ``PerPromptStatTracker`` with ``global_std``).
-3. ``backward`` per micro-batch: ``x_t = (1 - sigma) x0 + sigma eps`` at each trained time, ``v_old`` there (one
-   swap of the lagging weights for all of them), then per time the reference forward (``kl_beta`` > 0), the trained
-   forward and one backward of :func:`methods.nft_loss.nft_loss`.
+3. ``backward``: the update's (sample, trained time) rows, ``method.update_batch`` per transformer call
+   (docs/performance.md#batched-trained-steps): ``x_t = (1 - sigma) x0 + sigma eps`` per row, ``v_old`` there (one
+   swap of the lagging weights per call), the reference forward (``kl_beta`` > 0), the trained forward and one
+   backward of :func:`methods.nft_loss.nft_loss`.
 4. ``end_step``: ``v_old <- d v_old + (1 - d) v`` (:func:`methods.old_policy.old_policy_decay`).
 
 Transformer passes per sample and step (:meth:`DiffusionNFT.passes_per_sample`): N rollout forwards, then per
@@ -22,7 +23,6 @@ trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 from __future__ import annotations
 
 import logging
-import math
 from typing import Any
 
 import torch
@@ -34,6 +34,7 @@ from methods.nft_loss import nft_loss, optimality_weight
 from methods.ode_solvers import solve
 from methods.old_policy import LaggingPolicy, old_policy_decay
 from methods.schedule import make_sigmas, quantize_model_time
+from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -117,7 +118,7 @@ class DiffusionNFT(Method):
         images = bb.decode(x).float()
         b, n = len(expanded), int(self.cfg.sampling_steps)
         times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, :self.num_trained()]
-        seeds = torch.randint(0, 2**62, (b,), generator=generator)
+        seeds = torch.randint(0, 2**62, (b,), generator=generator).tolist()     # host ints: read in the update
         return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=images, latents=x,
                        train_steps=times.to(x.device), extras={"noise_seeds": seeds})
 
@@ -130,34 +131,47 @@ class DiffusionNFT(Method):
     # -- loss ---------------------------------------------------------------------------------------------------
     def forward_noise(self, rollout: Rollout, samples: torch.Tensor) -> torch.Tensor:
         """(m, T, *latent) fresh Gaussian noise per sample and trained time, from the sample's seed: the same on
-        any rank and in any micro-batch split."""
+        any rank and in any split of the update into transformer calls."""
+        return self._noise(rollout, [rollout.extras["noise_seeds"][i] for i in samples.tolist()])
+
+    def _noise(self, rollout: Rollout, seeds: list[int]) -> torch.Tensor:
         shape = (rollout.train_steps.shape[1], *rollout.latents.shape[1:])
-        seeds = rollout.extras["noise_seeds"][samples.cpu()].tolist()
         noise = [torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32)
                  for s in seeds]
         return torch.stack(noise).to(rollout.latents.device)
 
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """Every (sample, trained time) row of the update, ``method.update_batch`` rows per transformer call: per
+        call one swap to the lagging weights for ``v_old``, the reference forward (``kl_beta`` > 0), the trained
+        forward and one backward of :func:`methods.nft_loss.nft_loss`."""
         bb, cfg = self.backbone, self.cfg
+        seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]     # the plan's host-side indices
         samples = samples.to(rollout.latents.device)
-        x0 = rollout.latents[samples]
-        sigma = self.sigmas.to(x0.device)[rollout.train_steps[samples]]             # (m, T) float64
-        s = sigma.float().view(*sigma.shape, *([1] * (x0.ndim - 1)))
-        xt = (1.0 - s) * x0[:, None] + s * self.forward_noise(rollout, samples)
-        embeds = rollout.embeds.select(samples)
-        t_count = sigma.shape[1]
-        with torch.no_grad(), self.old_policy.active():
-            v_old = [bb.velocity(xt[:, j], sigma[:, j].float(), embeds) for j in range(t_count)]
-        r = optimality_weight(rollout.advantages[samples], float(cfg.adv_clip_max), cfg.adv_mode)
-        totals: dict[str, float] = {}
-        for j in range(t_count):
-            v_ref = None
-            if cfg.kl_beta > 0:
-                with torch.no_grad(), bb.reference():
-                    v_ref = bb.velocity(xt[:, j], sigma[:, j].float(), embeds)
-            v = bb.velocity(xt[:, j], sigma[:, j].float(), embeds)
-            loss, stats = nft_loss(v, v_old[j], x0, xt[:, j], sigma[:, j], r, float(cfg.beta),
-                                   float(cfg.adv_clip_max), float(cfg.kl_beta), v_ref)
+        steps = rollout.train_steps[samples]
+        t_count = steps.shape[1]
+        row_samples, row_steps = trained_rows(samples, steps)
+        totals: dict[str, torch.Tensor] = {}
+        for call in row_calls(len(row_samples), rows_per_call(cfg.update_batch, bb)):
+            first, last = call.start // t_count, (call.stop - 1) // t_count        # the samples this call touches
+            noise = self._noise(rollout, seeds[first:last + 1]).flatten(0, 1)
+            noise = noise[call.start - first * t_count:call.stop - first * t_count]
+            rows = row_samples[call]
+            x0 = rollout.latents[rows]
+            sigma = self.sigmas.to(x0.device)[row_steps[call]]                      # (r,) float64
+            s = sigma.float().view(-1, *([1] * (x0.ndim - 1)))
+            xt = (1.0 - s) * x0 + s * noise
+            embeds = rollout.embeds.select(rows)
+            with torch.no_grad():
+                with self.old_policy.active():
+                    v_old = bb.velocity(xt, sigma.float(), embeds)
+                v_ref = None
+                if cfg.kl_beta > 0:
+                    with bb.reference():
+                        v_ref = bb.velocity(xt, sigma.float(), embeds)
+            v = bb.velocity(xt, sigma.float(), embeds)
+            r = optimality_weight(rollout.advantages[rows], float(cfg.adv_clip_max), cfg.adv_mode)
+            loss, stats = nft_loss(v, v_old, x0, xt, sigma, r, float(cfg.beta), float(cfg.adv_clip_max),
+                                   float(cfg.kl_beta), v_ref)
             (loss.sum() / (update_size * t_count)).backward()
             _accumulate(totals, loss, stats, 1.0 / t_count)
         return totals
@@ -177,11 +191,11 @@ class DiffusionNFT(Method):
         return self.old_policy.state_dict()
 
 
-def _accumulate(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor], weight: float) -> None:
-    """Per-sample sums weighted by 1/T, which the trainer divides by the number of samples."""
-    for key, value in (("loss", loss), ("nft/policy_loss", stats["policy_loss"]),
-                       ("nft/old_deviation", stats["old_deviation"]), ("nft/kl_ref", stats.get("kl"))):
-        if value is not None:
-            totals[key] = totals.get(key, 0.0) + weight * float(value.detach().sum())
-    if not math.isfinite(totals["loss"]):
-        totals["nonfinite"] = 1.0
+def _accumulate(totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor],
+                weight: float) -> None:
+    """Per-sample sums weighted by 1/T, which the trainer divides by the number of samples (device tensors)."""
+    sums = {"loss": loss.detach().sum(), "nft/policy_loss": stats["policy_loss"].sum(),
+            "nft/old_deviation": stats["old_deviation"].sum()}
+    if stats.get("kl") is not None:
+        sums["nft/kl_ref"] = stats["kl"].sum()
+    add_sums(totals, {k: weight * v.detach() for k, v in sums.items()})

@@ -37,7 +37,7 @@ class DiffusionNFTConfig(MethodConfig):
     prompts_per_step: int = 48        # prompt groups per rollout, global across ranks (nft.py:29 num_groups)
     sampling_steps: int = 10          # N rollout solver steps (nft.py:20; 25 in sd3_multi_reward, nft.py:136)
     updates_per_rollout: int = 1      # optimizer steps per rollout (nft.py:11 gradient_step_per_epoch; 2 in sd3_ocr)
-    micro_batch: int = 9              # samples per training forward (nft.py:26 per-GPU batch 9; the gradient does not
+    update_batch: int = 9             # rows per call: nft.py:26 per-GPU batch 9 at one time (the gradient does not
                                       # depend on it)
     shuffle_samples: bool = True      # their per-epoch shuffle of the samples before the updates
     sampler: Sampler = Sampler.dpmpp_2m   # nft.py:66 solver "dpm2"

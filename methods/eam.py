@@ -42,6 +42,7 @@ from methods.memoryless import expand_time
 from methods.ode_sampler import am_time_grid, euler_ode
 from methods.soc_base import SOCMethod
 from methods.terminal_score import terminal_score
+from methods.update_rows import add_sums
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -152,8 +153,15 @@ class EAM(SOCMethod):
         grad_g = rollout.extras["terminal_grad"][samples].repeat_interleave(t_count, dim=0)
         return velocity_target(self.base, x_t, t, grad_g)
 
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """The regression of every sample's K_t loss rows, whole samples per call of ``method.update_batch`` rows."""
         samples = samples.to(rollout.latents.device)
+        totals: dict[str, torch.Tensor] = {}
+        for part in self.loss_calls(samples, rollout.extras["loss_times"].shape[1]):
+            add_sums(totals, self._loss_backward(rollout, part, update_size))
+        return totals
+
+    def _loss_backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         times = rollout.extras["loss_times"][samples]
         m, t_count = times.shape
         t = times.flatten()

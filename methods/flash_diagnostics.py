@@ -38,30 +38,36 @@ class FlashDiagnostics:
         self.kstar: list[torch.Tensor] = []
         self.inv_lambda: list[torch.Tensor] = []
         self.weights: list[torch.Tensor] = []
-        self.denoms: list[float] = []
-        self.pre_n, self.pre_clipped, self.pre_dev_max = 0, 0.0, 0.0
-        self.kl_sum: dict[int, float] = {}
-        self.kl_n: dict[int, int] = {}
+        self.denoms: list[torch.Tensor] = []
+        # device tensors filled inside the update and read back once, by flush (no host sync per micro-batch)
+        self.pre_n = self.pre_clipped = self.pre_dev_max = None
+        self.kl_sum = self.kl_n = None
 
     def on_rollout(self, kstar: torch.Tensor, inv_lambda: torch.Tensor) -> None:
         self.kstar.append(kstar.detach().cpu())
         self.inv_lambda.append(inv_lambda.detach().cpu())
 
-    def on_weights(self, weights: torch.Tensor, denom: float) -> None:
-        self.weights.append(weights.detach().cpu())
-        self.denoms.append(denom)
+    def on_weights(self, weights: torch.Tensor, denom: torch.Tensor) -> None:
+        self.weights.append(weights.detach())
+        self.denoms.append(torch.as_tensor(denom).detach())
 
     def on_loss(self, pre_update: torch.Tensor, index: torch.Tensor, stats: dict[str, torch.Tensor]) -> None:
-        pre = pre_update.to(stats["ratio"].device)
-        if bool(pre.any()):
-            dev = (stats["ratio"][pre] - 1.0).abs()
-            self.pre_n += int(pre.sum())
-            self.pre_clipped += float((dev > self.clip_range).sum())
-            self.pre_dev_max = max(self.pre_dev_max, float(dev.max()))
+        ratio = stats["ratio"].detach()
+        pre = pre_update.to(ratio.device)
+        dev = (ratio - 1.0).abs()
+        n, clipped = pre.sum(), ((dev > self.clip_range) & pre).sum()
+        dev_max = torch.where(pre, dev, torch.zeros_like(dev)).max()
+        if self.pre_n is None:
+            self.pre_n, self.pre_clipped, self.pre_dev_max = n, clipped, dev_max
+        else:
+            self.pre_n, self.pre_clipped = self.pre_n + n, self.pre_clipped + clipped
+            self.pre_dev_max = torch.maximum(self.pre_dev_max, dev_max)
         if "kl" in stats:
-            for k, kl in zip(index.tolist(), stats["kl"].tolist()):
-                self.kl_sum[k] = self.kl_sum.get(k, 0.0) + kl
-                self.kl_n[k] = self.kl_n.get(k, 0) + 1
+            pool = torch.tensor(self.pool, device=index.device)
+            hits = (index[:, None] == pool[None, :]).to(torch.float64)          # (rows, pool)
+            kl_sum, kl_n = (hits * stats["kl"].detach().to(torch.float64)[:, None]).sum(0), hits.sum(0)
+            self.kl_sum = kl_sum if self.kl_sum is None else self.kl_sum + kl_sum
+            self.kl_n = kl_n if self.kl_n is None else self.kl_n + kl_n
 
     def flush(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -75,10 +81,11 @@ class FlashDiagnostics:
         if self.weights:
             w = torch.cat(self.weights)
             out.update({"flash/weight_min": float(w.min()), "flash/weight_max": float(w.max()),
-                        "flash/weight_denom": sum(self.denoms) / len(self.denoms)})
-        if self.pre_n:
-            frac = self.pre_clipped / self.pre_n
-            out.update({"flash/pre_update_clip_frac": frac, "flash/pre_update_ratio_dev_max": self.pre_dev_max})
+                        "flash/weight_denom": float(torch.stack(self.denoms).double().mean())})
+        if self.pre_n is not None and int(self.pre_n):
+            frac = float(self.pre_clipped) / int(self.pre_n)
+            out.update({"flash/pre_update_clip_frac": frac,
+                        "flash/pre_update_ratio_dev_max": float(self.pre_dev_max)})
             if frac > self.warn_above and not self._warned:
                 self._warned = True
                 log.warning("flash_grpo: %.1f%% of samples are clipped before any update (max |ratio - 1| = %.2e, "
@@ -86,6 +93,9 @@ class FlashDiagnostics:
                             "compile). Fix: make them identical, or raise method.clip_range (e.g. 1e-2); see "
                             "docs/methods/flash_grpo.md#advantages-and-loss",
                             100 * frac, self.pre_dev_max, self.clip_range)
-        out.update({f"flash/kl_ref_{k:02d}": self.kl_sum[k] / self.kl_n[k] for k in sorted(self.kl_sum)})
+        if self.kl_sum is not None:
+            for k, total, n in zip(self.pool, self.kl_sum.tolist(), self.kl_n.tolist()):
+                if n:
+                    out[f"flash/kl_ref_{k:02d}"] = total / n
         self._reset()
         return out

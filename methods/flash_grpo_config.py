@@ -35,7 +35,7 @@ class FlashGRPOConfig(GRPOConfig):
     group_size: int = 8               # 4 rank slots x 2 videos
     prompts_per_step: int = 48        # 2 sampling rounds x 24 prompts per epoch (96 GPUs)
     sampling_steps: int = 20
-    micro_batch: int = 2              # 2 videos per rank
+    update_batch: int = 4             # 2 videos per rank x 2 CFG rows
     shuffle_samples: bool = True      # 2 updates per epoch; every rollout is used in exactly one update
     schedule: Schedule = Schedule.scheduler   # the family's scheduler sigmas (lambda is computed from them, never
                                       # tabulated)

@@ -14,6 +14,7 @@ class FlowGRPOConfig(GRPOConfig):
     group_size: int = 24
     prompts_per_step: int = 48
     sampling_steps: int = 10
+    update_batch: int = 18            # train.batch_size 9 samples x 2 CFG rows (SD3.5-M)
     shuffle_samples: bool = True
     schedule: Schedule = Schedule.scheduler   # the family's FlowMatchEulerDiscreteScheduler sigmas
     noise_kernel: NoiseKernel = NoiseKernel.flow

@@ -4,7 +4,6 @@ differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_tr
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -15,6 +14,7 @@ from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
+from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -177,39 +177,41 @@ class GRPO(Method):
                 return self.backbone.velocity(x, t, embeds)
         return self.backbone.velocity(x, t, embeds)
 
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Exact per-step backward: one forward + backward per trained transition, each loss divided by
-        ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """Exact backward of every trained (sample, step) row, ``method.update_batch`` rows per transformer call,
+        each loss divided by ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
-        totals: dict[str, float] = {}
-        for t in range(t_count):
-            self.exact_step_backward(rollout, samples, steps[:, t], update_size * t_count, totals, 1.0 / t_count)
+        totals: dict[str, torch.Tensor] = {}
+        self.exact_rows_backward(rollout, samples, steps, update_size * t_count, totals, 1.0 / t_count)
         return totals
 
+    def exact_rows_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
+                            totals: dict[str, torch.Tensor], weight: float) -> None:
+        """Forward + backward of the rows of ``samples`` (m,) at their transitions ``steps`` (m, C), packed into calls
+        of ``method.update_batch`` rows (:mod:`methods.update_rows`): the summed loss is the same, so is the
+        gradient. Methods that train some steps exactly and others differently (JAGG) call this for the exact ones."""
+        row_samples, row_steps = trained_rows(samples, steps)
+        for call in row_calls(len(row_samples), rows_per_call(self.cfg.update_batch, self.backbone)):
+            self.exact_step_backward(rollout, row_samples[call], row_steps[call], norm, totals, weight)
+
     def exact_step_backward(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, norm: int,
-                            totals: dict[str, float], weight: float) -> None:
-        """Forward + backward of one trained transition ``index`` (m,) of ``samples``: the loss summed over the rows
-        and divided by ``norm``; statistics added to ``totals`` with ``weight``. Methods that train some steps
-        exactly and others differently (JAGG) call this for the exact ones."""
+                            totals: dict[str, torch.Tensor], weight: float) -> None:
+        """One transformer call: forward + backward of rows ``samples`` (r,) at transitions ``index`` (r,), the loss
+        summed over the rows and divided by ``norm``; statistics added to ``totals`` with ``weight``."""
         ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
         loss, stats = self.step_loss(rollout, samples, index, self.velocity_at(rollout, samples, index), ref_v)
         (loss.sum() / norm).backward()
         accumulate_stats(totals, loss, stats, weight=weight)
 
 
-def accumulate_stats(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor],
+def accumulate_stats(totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor],
                      weight: float) -> None:
-    """Add per-sample sums (weighted, e.g. by 1/T) so the trainer can average them over samples."""
-    def add(key, value):
-        totals[key] = totals.get(key, 0.0) + weight * float(value)
-
-    add("loss", loss.detach().sum())
-    add("policy/clip_frac", stats["clipped"].sum())
-    add("policy/approx_kl", stats["approx_kl"].sum())
-    add("policy/ratio_mean", stats["ratio"].sum())
+    """Add per-sample sums (weighted, e.g. by 1/T) so the trainer can average them over samples; device tensors,
+    read back once per step by the trainer (launcher/update_loop.py)."""
+    sums = {"loss": loss.detach().sum(), "policy/clip_frac": stats["clipped"].sum(),
+            "policy/approx_kl": stats["approx_kl"].sum(), "policy/ratio_mean": stats["ratio"].sum()}
     if "kl" in stats:
-        add("policy/kl_ref", stats["kl"].sum())
-    if not math.isfinite(totals["loss"]):
-        totals["nonfinite"] = 1.0
+        sums["policy/kl_ref"] = stats["kl"].sum()
+    add_sums(totals, {k: weight * v for k, v in sums.items()})

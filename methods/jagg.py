@@ -28,9 +28,10 @@ from methods.jagg_config import Alpha, JAGGConfig, Remainder
 from methods.jagg_diagnostics import GradientProbe, compare
 from methods.jagg_groups import GroupLayout
 from methods.jagg_weights import aggregate, endpoint_weights, index_weights, time_weights
+from methods.update_rows import row_calls, rows_per_call
 from models.backbone import Backbone
 from rewardflow.distributed import all_gather_objects
-from rewardflow.errors import ConfigErrors
+from rewardflow.errors import ConfigError, ConfigErrors
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,13 @@ class JAGG(GRPO):
                         "exact baseline", lay.jagg_frac, lay.jagg_frac, lay.num_groups)
         if lay.window == 2 and lay.num_jagg:
             log.warning("method.window=2: JAGG is exact but saves no backward pass (2 per group either way)")
+        if cfg.alpha == "model_time":     # checked here once, not per group inside the update (no host sync there)
+            times = self.model_time(self.sigmas[:-1])
+            if bool((times[:1 - lay.window] == times[lay.window - 1:]).any()):
+                raise ConfigError(f"method.alpha=model_time: the model's time input is equal at the two endpoints "
+                                  f"of a group of {lay.window} steps (floor(1000 sigma) / 1000 with "
+                                  f"method.quantize_timestep=true), so t-weights are undefined. Fix: method.alpha="
+                                  f"sigma (the default), fewer method.sampling_steps or a smaller method.window")
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
@@ -147,15 +155,17 @@ class JAGG(GRPO):
         return rollout
 
     # -- update -------------------------------------------------------------------------------------------------
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Slot by slot: JAGG groups (index < n_J) get :meth:`jagg_group_backward`, the others the baseline's exact
-        per-step backward. Every per-step loss is divided by ``update_size x T`` as in the baseline, so
-        with ``jagg_frac=0`` this is the baseline's backward, operation for operation."""
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """JAGG groups (index < n_J) get :meth:`jagg_group_backward`; the rows of every other group go through the
+        baseline's exact backward together, ``method.update_batch`` rows per transformer call. Every per-step loss is
+        divided by ``update_size x T`` as in the baseline, so with ``jagg_frac=0`` this is the baseline's backward,
+        operation for operation."""
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]
         norm, weight = update_size * steps.shape[1], 1.0 / steps.shape[1]
         diagnose, self._diagnose_pending = self._diagnose_pending, False
-        totals: dict[str, float] = {}
+        totals: dict[str, torch.Tensor] = {}
+        exact: list[int] = []
         for group, cols in rollout.extras["jagg_groups"].slots():
             args = (rollout, samples, steps[:, cols], norm, totals, weight)
             if diagnose and cols.stop - cols.start >= 2:
@@ -163,29 +173,41 @@ class JAGG(GRPO):
             elif self.layout.is_jagg(group):
                 self.jagg_group_backward(*args)
             else:
-                self.exact_group_backward(*args)
+                exact.extend(range(cols.start, cols.stop))
+        if exact:
+            self.exact_group_backward(rollout, samples, steps[:, exact], norm, totals, weight)
         return totals
 
     def exact_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                             totals: dict[str, float], weight: float) -> None:
-        """The baseline's per-step forward + backward for each of the group's steps (W backward rows per sample)."""
-        for j in range(steps.shape[1]):
-            self.exact_step_backward(rollout, samples, steps[:, j], norm, totals, weight)
+                             totals: dict[str, torch.Tensor], weight: float) -> None:
+        """The baseline's exact backward of the given steps (one backward row per sample and step), their rows
+        packed ``method.update_batch`` per transformer call."""
+        self.exact_rows_backward(rollout, samples, steps, norm, totals, weight)
 
     def jagg_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                            totals: dict[str, float], weight: float) -> None:
-        """One JAGG group (docs/methods/jagg.md#one-jagg-group), rows ``samples`` (m,) at transitions ``steps`` (m, W).
+                            totals: dict[str, torch.Tensor], weight: float) -> None:
+        """One JAGG group (docs/methods/jagg.md#one-jagg-group), rows ``samples`` (m,) at transitions ``steps`` (m, W),
+        in sub-batches of ``update_batch // 2`` samples (their 2 endpoints per sample fill one call):
 
-        1. W forwards: the W - 2 intermediate ones without a graph, the two endpoints as **one** batch of 2m rows with
-           per-row timesteps, so the single backward below visits every (sharded) block once
-           (docs/methods/jagg.md#under-fsdp2).
+        1. W forwards: the W - 2 intermediate ones without a graph (``update_batch`` rows per call), the two endpoints
+           of the sub-batch as **one** call with per-row timesteps, so the single backward below visits every
+           (sharded) block once (docs/methods/jagg.md#under-fsdp2).
         2. exact losses and upstream gradients ``s_j`` on detached proxies (:meth:`upstream_gradients`).
         3.-4. t-weights and ``s_base``, ``s_corr`` (:mod:`methods.jagg_weights`).
-        5. one backward through the endpoint batch: 2m transformer backward rows.
+        5. one backward through the endpoint batch: 2 transformer backward rows per sample.
         """
-        w = steps.shape[1]
+        per_call = rows_per_call(self.cfg.update_batch, self.backbone)
+        for part in row_calls(samples.shape[0], max(1, per_call // 2)):
+            self._jagg_group_part(rollout, samples[part], steps[part], norm, totals, weight, per_call)
+
+    def _jagg_group_part(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
+                         totals: dict[str, torch.Tensor], weight: float, per_call: int) -> None:
+        w, m = steps.shape[1], samples.shape[0]
         with torch.no_grad():     # intermediate steps first: nothing of theirs stays in memory
-            inner = [self.velocity_at(rollout, samples, steps[:, j]) for j in range(1, w - 1)]
+            inner_samples, inner_steps = samples.repeat(w - 2), steps[:, 1:-1].T.reshape(-1)   # step-major rows
+            flat = [self.velocity_at(rollout, inner_samples[c], inner_steps[c])
+                    for c in row_calls(len(inner_samples), per_call)]
+            inner = list(torch.cat(flat).split(m)) if flat else []
         ends = self.velocity_at(rollout, samples.repeat(2), torch.cat([steps[:, 0], steps[:, -1]]))
         first, last = ends.chunk(2)
         upstream, loss, stats = self.upstream_gradients(rollout, samples, steps, [first, *inner, last], norm)
@@ -208,8 +230,10 @@ class JAGG(GRPO):
         proxies = torch.stack([v.detach() for v in velocities])
         proxies = proxies.to(torch.promote_types(proxies.dtype, torch.float32)).requires_grad_()
         ref = None
-        if self.cfg.kl_beta > 0:
-            ref = torch.cat([self.velocity_at(rollout, samples, steps[:, j], reference=True) for j in range(w)])
+        if self.cfg.kl_beta > 0:     # the reference's velocities of the W x m rows, step-major like the proxies
+            rows, times = samples.repeat(w), steps.T.reshape(-1)
+            ref = torch.cat([self.velocity_at(rollout, rows[c], times[c], reference=True)
+                             for c in row_calls(len(rows), rows_per_call(self.cfg.update_batch, self.backbone))])
         with torch.enable_grad():
             loss, stats = self.step_loss(rollout, samples.repeat(w), steps.T.reshape(-1), proxies.flatten(0, 1), ref)
             (upstream,) = torch.autograd.grad(loss.sum() / norm, proxies)
@@ -227,7 +251,7 @@ class JAGG(GRPO):
 
     # -- diagnostics --------------------------------------------------------------------------------------------
     def _diagnose_group(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                        totals: dict[str, float], weight: float, group: int) -> None:
+                        totals: dict[str, torch.Tensor], weight: float, group: int) -> None:
         """Train the group by its route as usual, also compute the other route's gradient (discarded), and record
         cosine and relative error of the JAGG gradient against the exact one (docs/methods/jagg.md#diagnostic-mode)."""
         jagg = self.layout.is_jagg(group)

@@ -16,13 +16,10 @@ def time_weights(times: torch.Tensor) -> torch.Tensor:
     """t-weighted ``alpha``: ``times`` (W, m) per step and row -> (W, m) with alpha_0 = 0, alpha_{W-1} = 1.
 
     Exact when the velocity is affine in (z, t) and the states lie on the same t-weighted line (Theorem 1,
-    docs/methods/jagg.md#the-gradient-identity-and-theorem-1).
+    docs/methods/jagg.md#the-gradient-identity-and-theorem-1). The endpoints' times must differ (JAGG checks its
+    schedule once when it is built, so nothing is read back to the host here, inside the update).
     """
-    span = times[0] - times[-1]
-    if bool((span == 0).any()):
-        raise ValueError("a JAGG group's endpoints have equal times, so t-weights are undefined; use more distinct "
-                         "sampling steps or method.alpha=sigma")
-    return (times[0] - times) / span
+    return (times[0] - times) / (times[0] - times[-1])
 
 
 def index_weights(window: int, rows: int, dtype: torch.dtype = torch.float64,

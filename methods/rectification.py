@@ -35,7 +35,7 @@ def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Te
 
 
 def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: torch.Tensor | None = None
-                          ) -> tuple[torch.Tensor, float]:
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample weights ``w = (1/lambda) / denominator`` for the samples of one optimizer update on this rank.
 
     Args:
@@ -46,18 +46,19 @@ def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: 
             (changes the effective learning rate, ~5.6x for Wan-20).
         pool_inv_lambda: ``1/lambda`` of every step of the SDE pool (``norm="pool"``).
 
-    Returns ``(weights, denominator)``. Collective when ``norm="update"``: every rank must call it for every update.
+    Returns ``(weights, denominator)``, both tensors on ``inv_lambda``'s device (nothing is read back to the host).
+    Collective when ``norm="update"``: every rank must call it for every update.
     """
     if norm == "update":
         count = torch.tensor(float(inv_lambda.numel()), dtype=inv_lambda.dtype, device=inv_lambda.device)
         totals = all_reduce_sum(torch.stack([inv_lambda.sum(), count]))   # on the rollout's device (NCCL-safe)
-        denom = float(totals[0] / totals[1])
+        denom = totals[0] / totals[1]
     elif norm == "pool":
         if pool_inv_lambda is None:
             raise ValueError("norm='pool' needs the pool's 1/lambda values")
-        denom = float(pool_inv_lambda.mean())
+        denom = pool_inv_lambda.to(inv_lambda.device, inv_lambda.dtype).mean()
     elif norm == "none":
-        denom = 1.0
+        denom = torch.ones((), dtype=inv_lambda.dtype, device=inv_lambda.device)
     else:
         raise ValueError(f"weight norm must be one of {', '.join(WeightNorm)}, got {norm!r}")
     return inv_lambda / denom, denom

@@ -14,7 +14,6 @@ LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the m
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -23,6 +22,7 @@ from methods.base import Method, Rollout
 from methods.memoryless import MemorylessSchedule
 from methods.soc_base_config import LossReduction, SOCConfig
 from methods.time_convention import time_convention
+from methods.update_rows import rows_per_call
 from models.backbone import Backbone, PromptEmbeds
 from rewardflow.errors import ConfigErrors
 
@@ -67,8 +67,16 @@ class SOCMethod(Method):
             return self.convention.velocity(self.backbone, x, t, embeds)
 
     def chunks(self, n: int) -> list[torch.Tensor]:
-        """Sample indices in micro-batches of ``method.micro_batch`` (memory bound of every batched pass)."""
-        return list(torch.arange(n).split(int(self.cfg.micro_batch)))
+        """Sample indices per transformer call of ``method.update_batch`` rows, CFG rows counted (the memory bound of
+        every batched pass: rollout, VJPs, decode)."""
+        return list(torch.arange(n).split(rows_per_call(self.cfg.update_batch, self.backbone)))
+
+    def loss_calls(self, samples: torch.Tensor, rows_per_sample: int) -> list[torch.Tensor]:
+        """``samples`` in groups of whole samples whose ``rows_per_sample`` loss rows fill a call of
+        ``method.update_batch`` rows (at least one sample: the per-sample loss clip needs all of a sample's terms
+        in one call; docs/performance.md#batched-trained-steps)."""
+        per_call = rows_per_call(self.cfg.update_batch, self.backbone)
+        return list(samples.split(max(1, per_call // max(1, rows_per_sample))))
 
     @torch.no_grad()
     def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
@@ -115,8 +123,9 @@ class SOCMethod(Method):
         sq = (r ** 2).sum(1)
         return sq / r.shape[1] if self.cfg.loss_reduction == LossReduction.mean else sq
 
-    def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, float]:
-        """Clip per-sample losses, backpropagate their mean over the update, return the trainer's statistic sums."""
+    def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """Clip per-sample losses, backpropagate their sum over ``update_size`` (the update's mean), return the
+        trainer's statistic sums as device tensors."""
         threshold = float(self.cfg.loss_clip) * self.reward_scale ** 2
         clipped = torch.zeros_like(per_sample, dtype=torch.bool)
         loss = per_sample
@@ -124,11 +133,7 @@ class SOCMethod(Method):
             clipped = per_sample.detach() > threshold
             loss = torch.where(clipped, torch.full_like(per_sample, threshold), per_sample)
         (loss.sum() / update_size).backward()
-        total = float(per_sample.detach().sum())
-        stats = {"loss": total, "soc/loss_clipped_frac": float(clipped.sum())}
-        if not math.isfinite(total):
-            stats["nonfinite"] = 1.0
-        return stats
+        return {"loss": per_sample.detach().sum(), "soc/loss_clipped_frac": clipped.sum()}
 
     def step_metrics(self) -> dict[str, float]:
         return dict(self._step_metrics)

@@ -78,6 +78,11 @@ class Backbone(abc.ABC):
     def latent_shape(self) -> tuple[int, ...]:
         """Per-sample latent shape in the transformer's layout (no batch dim)."""
 
+    @property
+    def rows_per_sample(self) -> int:
+        """Transformer rows one sample's velocity costs (2 with true CFG: ``[uncond, cond]`` in one forward)."""
+        return 1
+
     def initial_noise(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Standard normal fp32 latents of ``n`` samples (drawn on CPU so seeds give the same noise everywhere)."""
         return torch.randn((n, *self.latent_shape), generator=generator, dtype=torch.float32).to(self.device)

@@ -167,6 +167,18 @@ class PromptCache:
         return [found[p] for p in prompts]
 
 
+def check_update_path(m: Any, errors: ConfigErrors) -> None:
+    """``model.activation_checkpointing`` and ``model.compile`` (docs/performance.md), before any model is built."""
+    from models.activation_checkpointing import check_activation_checkpointing
+    from models.compiled_blocks import compile_unavailable_reason
+
+    check_activation_checkpointing(m, errors)
+    if m.compile:
+        reason = compile_unavailable_reason(resolve_device(m.device))
+        errors.require(reason is None, "model.compile", f"true needs torch.compile's inductor: {reason}. Fix: "
+                       f"model.compile=false")
+
+
 # ------------------------------------------------------------------------------------------------ the base class
 class DiffusersBackbone(FrozenReference, Backbone):
     """Base of the diffusers family adapters (see module docstring).
@@ -215,6 +227,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         if m.finetune == Finetune.lora:
             errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
                            f"(got {m.lora_rank})")
+        check_update_path(m, errors)
 
     # -- construction -------------------------------------------------------------------------------------------
     def _init_common(self, cfg: DiffusersModelConfig, components: Sequence[str]) -> None:
@@ -266,14 +279,23 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._load(cls, subfolder, torch_dtype=torch.float32)
 
     def _init_training(self, keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module) -> None:
+        """The fine-tuning mode, then the update path (docs/performance.md): activation checkpointing of the chosen
+        blocks and, with ``model.compile``, every block compiled in place, both before any sharding."""
+        from models.activation_checkpointing import apply_activation_checkpointing, resolve_activation_checkpointing
+        from models.compiled_blocks import compile_blocks
+
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
         self._configure_finetune(keep_reference)
-        self.gradient_checkpointing = bool(self.cfg.gradient_checkpointing)
-        if self.gradient_checkpointing:
-            self.transformer.enable_gradient_checkpointing()
+        k = self.cfg.activation_checkpointing_k
+        self.activation_checkpointing = resolve_activation_checkpointing(self.cfg.activation_checkpointing)
+        self.checkpointed_blocks = apply_activation_checkpointing(self.transformer, self.transformer_blocks(),
+                                                                  self.activation_checkpointing, k)
+        self.compiled = bool(self.cfg.compile)
+        if self.compiled:
+            compile_blocks([b for m in self.transformer_modules() for b in self.transformer_blocks(m)], self.device)
         if self._materialized:
             self.transformer.to(self.device)
             if self._reference_model is not None:
@@ -322,6 +344,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
     def do_cfg(self) -> bool:
         """True CFG (one forward over ``[uncond, cond]``) when the family's ``guidance_scale`` exceeds 1."""
         return self.guidance_scale > 1.0
+
+    @property
+    def rows_per_sample(self) -> int:
+        return 2 if self.do_cfg else 1
 
     def _check_ready(self) -> None:
         if not self._materialized:
@@ -434,7 +460,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         import torch.distributed as dist
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
-        ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
+        ac = bool(activation_checkpointing)      # None: as model.activation_checkpointing set it at construction
         rank = current_world().rank
         for module in self.transformer_modules():
             full = None

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Optional
 
 from omegaconf import MISSING
@@ -9,6 +10,16 @@ from omegaconf import MISSING
 from models.backbone_config import ModelConfig
 from rewardflow.devices import Device
 from rewardflow.dtypes import Dtype
+
+
+class ActivationCheckpointing(StrEnum):
+    """Which transformer blocks keep only their inputs and run their forward again in the backward
+    (docs/performance.md#activation-checkpointing)."""
+
+    none = "none"         # every block keeps its activations: fastest, most memory
+    full = "full"         # every block is checkpointed
+    every_k = "every_k"   # one block of every model.activation_checkpointing_k consecutive blocks
+    auto = "auto"         # full, until a memory planner picks the cheapest setting that fits
 
 
 @dataclass
@@ -20,7 +31,9 @@ class DiffusersModelConfig(ModelConfig):
     lora_rank: int = 32
     lora_alpha: float = 64.0
     lora_targets: list[str] = MISSING    # module names the LoRA adapter wraps
-    gradient_checkpointing: bool = True
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.auto
+    activation_checkpointing_k: int = 2   # every_k: one block of every k consecutive blocks is checkpointed
+    compile: bool = False             # torch.compile every transformer block (docs/performance.md#compiled-blocks)
     device: Device = Device.auto      # auto: cuda if available, else cpu
     allow_cpu: bool = False           # a real family on the CPU takes hours per step: refused unless true
     dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)

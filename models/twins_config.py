@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from models.backbone_config import Finetune
+from models.common_config import ActivationCheckpointing
 
 
 @dataclass
@@ -19,4 +20,4 @@ class TinyTwinConfig:
     height: int = 32
     width: int = 32
     finetune: Finetune = Finetune.full
-    gradient_checkpointing: bool = False
+    activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.none

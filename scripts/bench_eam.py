@@ -3,11 +3,15 @@
 
 Three parts, all on the CPU, each through the shared trainer loop (``Trainer.train_step``):
 
-1. ``cost``: the same tiny Flux twin, the same batch and the same prompts/seeds for every method, one training
+1. ``cost``: the same tiny Flux twin, the same batch, the same prompts/seeds and the same ``method.update_batch``
+   (rows per transformer call, ``--update-batch``; whole samples per loss call) for every method, one training
    iteration of each method in turn (the order alternates every round), after warm-up. Methods: Adjoint Matching at
    the paper's setting (K = 40 memoryless SDE steps, 10 + 10 loss steps), EAM at its defaults (10-step endpoint,
-   K_t = 4 loss times) and EAM in AM-parity mode (K_t = 20 on AM's grid). Per-iteration wall-clock (median) and
-   transformer passes per sample (forwards + backwards, counted on the model). ``--config`` picks the transformer:
+   K_t = 4 loss times) and EAM in AM-parity mode (K_t = 20 on AM's grid). Per-iteration wall-clock (median),
+   transformer passes per sample (forwards + backwards, counted on the model) and the ideal time ratio: every
+   transformer call of an iteration (rows, with or without a graph) priced at the cost of one such call measured on
+   the same model after the rounds (scripts/call_costs.py; the VAE and the reward are not priced). ``--config``
+   picks the transformer:
    ``twin`` (``model=tiny_flux`` itself), ``tiny`` (the same transformer with an untrained VAE: no VAE pre-training
    to wait for) or ``wide`` (FLUX.1-dev's block width, models/tiny_flux.py, for a GPU: ``--device cuda``).
 2. ``toy``: experiment=toy_eam and experiment=toy_am (the Gaussian problem with a known answer): reward/mean and the
@@ -39,6 +43,7 @@ os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disa
 
 import torch  # noqa: E402
 
+from call_costs import CallRecorder, describe, priced, probe_costs  # noqa: E402
 from launcher.config import compose  # noqa: E402
 
 COST_VARIANTS = {
@@ -77,16 +82,24 @@ def cost_model_overrides(config: str, device: str) -> list[str]:
 def bench_cost(args) -> dict:
     b = args.prompts * args.group
     common = [f"trainer.threads={args.threads}", f"method.prompts_per_step={args.prompts}",
-              f"method.group_size={args.group}", f"method.micro_batch={b}", f"model.finetune={args.finetune}",
+              f"method.group_size={args.group}", f"method.update_batch={args.update_batch}",
+              f"model.finetune={args.finetune}",
               f"model.height={args.size}", f"model.width={args.size}", *cost_model_overrides(args.config, args.device)]
     trainers = {name: make_trainer([*ov, *common]) for name, ov in COST_VARIANTS.items()}
     names = list(trainers)
     rec: dict[str, list[dict]] = {n: [] for n in names}
+    recorders = {n: CallRecorder(t.backbone) for n, t in trainers.items()}
+    calls = {}
     for r in range(args.warmup + args.rounds):
         for name in (names if r % 2 == 0 else names[::-1]):
+            recorders[name].active = True
             m = trainers[name].train_step(r)
+            recorders[name].active = False
+            calls[name] = recorders[name].take()              # the same calls every iteration
             if r >= args.warmup:
                 rec[name].append(m)
+    clock = "wall" if trainers[names[0]].backbone.device.type == "cuda" else "cpu"
+    costs = probe_costs(trainers["eam"].backbone, set().union(*calls.values()), args.probe_reps, clock)
     say(f"\n== 1. per-iteration cost: Flux twin, {args.config} transformer ({args.finetune}) on "
         f"{trainers[names[0]].backbone.device}, {args.size}x{args.size}, reward=color, {b} samples per iteration, "
         f"{args.rounds} alternating rounds after {args.warmup} warm-up ==")
@@ -108,10 +121,20 @@ def bench_cost(args) -> dict:
            "nfe_ratio_am_over_eam_parity": am["nfe"] / par["nfe"],
            "am_iter_s": am["iter_s"], "eam_iter_s": eam["iter_s"], "eam_parity_iter_s": par["iter_s"],
            "am_nfe_per_sample": am["nfe"], "eam_nfe_per_sample": eam["nfe"], "eam_parity_nfe_per_sample": par["nfe"],
-           "cost_config": args.config, "cost_device": str(trainers[names[0]].backbone.device), "cost_size": args.size}
-    say(f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration, "
+           "ideal_iter_time_ratio_am_over_eam": priced(calls["adjoint_matching"], costs) / priced(calls["eam"], costs),
+           "ideal_iter_time_ratio_am_over_eam_parity": (priced(calls["adjoint_matching"], costs)
+                                                        / priced(calls["eam_parity"], costs)),
+           "calls_per_iteration": {n: describe(c) for n, c in calls.items()},
+           "cost_config": args.config, "cost_device": str(trainers[names[0]].backbone.device), "cost_size": args.size,
+           "cost_update_batch": args.update_batch}
+    for name in names:
+        say(f"{name} calls per iteration (update_batch {args.update_batch}): {describe(calls[name])}")
+    say(f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration (ideal "
+        f"{res['ideal_iter_time_ratio_am_over_eam']:.2f}x: the calls made, at their measured costs), "
         f"{res['nfe_ratio_am_over_eam']:.2f}x transformer passes; AM / EAM-parity (K_t = 20): "
-        f"{res['iter_time_ratio_am_over_eam_parity']:.2f}x, {res['nfe_ratio_am_over_eam_parity']:.2f}x")
+        f"{res['iter_time_ratio_am_over_eam_parity']:.2f}x "
+        f"(ideal {res['ideal_iter_time_ratio_am_over_eam_parity']:.2f}x), "
+        f"{res['nfe_ratio_am_over_eam_parity']:.2f}x")
     return res
 
 
@@ -271,6 +294,9 @@ def main(argv=None) -> dict:
     p.add_argument("--prompts", type=int, default=4, help="cost part: prompts per iteration")
     p.add_argument("--group", type=int, default=2, help="cost part: samples per prompt")
     p.add_argument("--finetune", default="lora", choices=["lora", "full"], help="cost part: fine-tuning mode")
+    p.add_argument("--update-batch", type=int, default=40,
+                   help="cost part: method.update_batch of every method (40: two of AM's 20-row samples per call)")
+    p.add_argument("--probe-reps", type=int, default=5, help="cost part: timed calls per kind for the ideal ratio")
     p.add_argument("--config", default="twin", choices=["twin", "tiny", "wide"], help="cost part: transformer (above)")
     p.add_argument("--device", default="auto", help="cost part: model.device (auto: cuda if available)")
     p.add_argument("--size", type=int, default=32, help="cost part: image side in pixels (the twin's default 32)")

@@ -1,8 +1,9 @@
 """Speed of JAGG against its baseline at the paper's settings, measured side by side in one process.
 
 Two trainers (the real loop of launcher/trainer.py) over the same FLUX-class model take turns step by step (the order
-alternates every round): one runs the baseline exactly on the steps JAGG trains, the other ``method=jagg`` over it.
-``--base`` picks the pair:
+alternates every round): one runs the baseline exactly on the steps JAGG trains, the other ``method=jagg`` over it,
+both at the same ``method.update_batch`` (``--update-batch``, rows per transformer call of the update;
+docs/performance.md). ``--base`` picks the pair:
 
 * ``dance_grpo`` (default): DanceGRPO on all 20 trainable steps of 21 sampling steps (``timestep_fraction=1``)
   against JAGG with W = 4, jagg_frac 0.6 (groups 0-2 JAGG, 3-4 exact; eta 0.3, shift 3), the setting of the paper's
@@ -11,25 +12,27 @@ alternates every round): one runs the baseline exactly on the steps JAGG trains,
   JAGG's stock over it (W = 4 = the window, jagg_frac 1: the window is one JAGG group), the baseline of the paper's
   update-phase figure.
 
-After each round the cost of single transformer calls is probed on the same model. Ratios are medians over the
-measured rounds of each round's JAGG / baseline ratio (the two steps of a round ran back to back, under the same
-machine load).
+Ratios are medians over the measured rounds of each round's JAGG / baseline ratio (the two steps of a round ran back
+to back, under the same machine load).
 
 It prints, for the update phase and the whole step, the time ratio JAGG / baseline, the transformer forward and
-backward counts (counted on the model), and the *ideal* update-time ratio: the transformer work of the calls each
-method makes, priced with the measured costs (per sample, M trained steps in G groups of W, n_J of them JAGG:
-baseline M x [forward + backward] of 1 row; JAGG n_J x [forward + backward of the 2-row endpoint batch + W - 2
-graph-free forwards] + (M - n_J W) x [forward + backward]; DanceGRPO: M = 20, n_J = 3; Fast: M = 4, n_J = 1). Targets:
-measured update ratio within 10% of the ideal, backward count ratio exactly (2 n_J + M - n_J W) / M (0.7 and 0.5).
+backward row counts (counted on the model), and the *ideal* update-time ratio: the transformer calls each method made
+in its update (recorded: rows per call, with or without a graph), priced with the cost of one such call measured on
+the same model after the rounds (scripts/call_costs.py). At update_batch B the baseline makes M rows per sample in
+calls of B rows (forward + backward); JAGG, per JAGG group, one call of both endpoints of B/2 samples (forward +
+backward) and graph-free calls of the intermediate steps, and its exact groups' rows in calls of B. Targets:
+measured update ratio within 10% of the ideal, backward row ratio exactly (2 n_J + M - n_J W) / M (0.7 and 0.5 for
+the two pairs; M trained steps per sample, n_J JAGG groups of W).
 
 On the CPU, time is the process's CPU time by default (``--clock auto`` = ``cpu``; with one torch thread, the work
 done, which other jobs on a shared machine do not inflate); ``--clock wall`` uses the trainer's wall-clock timers
 instead (both are printed). On a GPU (``--device cuda``) the process's CPU time says nothing about the work, so
-``auto`` means ``wall`` there, and the pass costs are timed with the device synchronised around each call.
+``auto`` means ``wall`` there, and the call costs are timed with the device synchronised around each call.
 The last output line is one JSON object (``update_time_ratio``, ``step_time_ratio``, ``ideal_update_time_ratio``,
 ``bwd_count_ratio``, ...).
 
-    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small", 64x64: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py                  # FLUX "small", 64x64, update_batch 8: ~2 CPU-min
+    .venv/bin/python scripts/bench_jagg.py --update-batch 1 # one row per call, as the methods ran before batching
     .venv/bin/python scripts/bench_jagg.py --base flow_grpo_fast
     .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
     .venv/bin/python scripts/bench_jagg.py --device cuda --config wide --size 128   # FLUX.1 block width on a GPU
@@ -52,6 +55,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 import torch  # noqa: E402
 
+from call_costs import describe, priced, probe_costs, record_update_calls  # noqa: E402
 from launcher.config import compose  # noqa: E402
 from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
 
@@ -113,43 +117,6 @@ class CPUClock:
         return wrapper
 
 
-def probe_costs(backbone, reps: int, clock: str) -> dict[str, float]:
-    """Median seconds of one transformer call: graph-free forward (1 row), forward with graph and its backward
-    (1 row, and 2 rows as JAGG's endpoint batch). ``clock``: ``cpu`` (process CPU time) or ``wall`` (with the
-    device synchronised before and after each call, so a GPU's queued work is counted in the call that queued it)."""
-    embeds = backbone.encode_prompts(["a red square"])
-    params = list(backbone.trainable_parameters())
-    device = backbone.device
-    out: dict[str, list[float]] = {}
-
-    def now() -> float:
-        if clock == "cpu":
-            return time.process_time()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
-
-    def timed(key, fn):
-        t0 = now()
-        result = fn()
-        out.setdefault(key, []).append(now() - t0)
-        return result
-
-    for _ in range(reps):
-        for rows in (1, 2):
-            x = torch.randn(rows, *backbone.latent_shape, device=device)
-            e = embeds.select([0] * rows)
-            t = torch.full((rows,), 0.7, device=device)
-            if rows == 1:
-                with torch.no_grad():
-                    timed("fwd_nograd_1", lambda: backbone.velocity(x, t, e))
-            v = timed(f"fwd_{rows}", lambda: backbone.velocity(x, t, e))
-            timed(f"bwd_{rows}", lambda: v.backward(torch.randn_like(v)))
-            for p in params:
-                p.grad = None
-    return {k: statistics.median(v) for k, v in out.items()}
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", choices=sorted(SETUPS), default="dance_grpo",
@@ -161,6 +128,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     ap.add_argument("--probe-reps", type=int, default=5)
+    ap.add_argument("--update-batch", type=int, default=8, help="method.update_batch of both methods")
     ap.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
                     help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall; "
                          "auto: cpu on the CPU, wall on a GPU")
@@ -173,7 +141,8 @@ def main() -> None:
     common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.device={args.device}",
               f"model.height={args.size}", f"model.width={args.size}", "trainer.sample_every=0",
               "trainer.progress=false", f"trainer.threads={args.threads}", f"method.group_size={args.samples}",
-              "method.prompts_per_step=1", "method.micro_batch=1", "method.updates_per_rollout=2"]
+              "method.prompts_per_step=1", f"method.update_batch={args.update_batch}",
+              "method.updates_per_rollout=2"]
     pair = SETUPS[args.base]
     setups = {name: [*pair[name], *common, *pair["common"]] for name in ("baseline", "jagg")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -190,32 +159,30 @@ def main() -> None:
               f"{args.threads} thread(s), {device}; {args.warmup} warm-up + {args.rounds} measured rounds, "
               f"{args.clock} clock")
         clocks = {name: CPUClock(t) for name, t in trainers.items()}
+        recorders = {name: record_update_calls(t) for name, t in trainers.items()}
         rows: dict[str, list[dict]] = {name: [] for name in trainers}
-        costs: list[dict[str, float]] = []
+        calls = {}
         for r in range(args.warmup + args.rounds):
             order = list(trainers) if r % 2 == 0 else list(trainers)[::-1]
             for name in order:
                 clocks[name].update, t0 = 0.0, time.process_time()
                 m = dict(trainers[name].train_step(r))
                 m.update({"cpu/step_s": time.process_time() - t0, "cpu/update_s": clocks[name].update})
+                calls[name] = recorders[name].take()          # the same calls every step
                 if r >= args.warmup:
                     rows[name].append(m)
-            if r >= args.warmup:
-                costs.append(probe_costs(trainers["jagg"].backbone, args.probe_reps, args.clock))
             print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
                 f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
                 for n in order), flush=True)
+        costs = probe_costs(trainers["jagg"].backbone, set(calls["jagg"]) | set(calls["baseline"]), args.probe_reps,
+                            args.clock)
+    ideal = priced(calls["jagg"], costs) / priced(calls["baseline"], costs)
 
     keys = ("cpu/update_s", "cpu/step_s", "time/update_s", "time/step_s", "time/rollout_s", "count/transformer_fwd",
             "count/transformer_bwd")
     med = {n: {k: statistics.median(row[k] for row in rs) for k in keys} for n, rs in rows.items()}
     clock = "cpu" if args.clock == "cpu" else "time"
-    c = {k: statistics.median(cost[k] for cost in costs) for k in costs[0]}
-    fb1, fb2 = c["fwd_1"] + c["bwd_1"], c["fwd_2"] + c["bwd_2"]
     m, w, n_j = lay.num_steps, lay.window, lay.num_jagg          # every group is trained (group_fraction 1)
-    exact_steps = m - n_j * w
-    ideal = (n_j * (fb2 + (w - 2) * c["fwd_nograd_1"]) + exact_steps * fb1) / (m * fb1)
-    ideal_per_row = (n_j * (w - 2) * c["fwd_nograd_1"] + (2 * n_j + exact_steps) * fb1) / (m * fb1)
     target_bwd = lay.backward_rows_per_sample() / m
     base, jagg = med["baseline"], med["jagg"]
     def paired(key: str) -> float:
@@ -228,19 +195,20 @@ def main() -> None:
         "ideal_update_time_ratio": ideal,
         "bwd_count_ratio": jagg["count/transformer_bwd"] / base["count/transformer_bwd"],
         "fwd_count_ratio": jagg["count/transformer_fwd"] / base["count/transformer_fwd"],
-        "ideal_update_time_ratio_from_1_row_costs": ideal_per_row,
         "update_ratio_over_ideal": paired(f"{clock}/update_s") / ideal,
         "cpu_update_time_ratio": paired("cpu/update_s"),
         "cpu_step_time_ratio": paired("cpu/step_s"),
         "wall_update_time_ratio": paired("time/update_s"),
         "wall_step_time_ratio": paired("time/step_s"),
         "clock": args.clock,
-        "baseline": base, "jagg": jagg, "pass_costs_s": c,
-        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples, "rounds": args.rounds,
-                   "threads": args.threads, "device": str(device), "base": args.base,
+        "baseline": base, "jagg": jagg,
+        "update_calls": {n: describe(c) for n, c in calls.items()},
+        "call_costs_s": {f"{rows} rows{' graph' if graph else ''}": v for (rows, graph), v in sorted(costs.items())},
+        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples,
+                   "rounds": args.rounds, "threads": args.threads, "device": str(device), "base": args.base,
                    "sampling_steps": int(jcfg.sampling_steps), "noise_kernel": str(jcfg.noise_kernel),
                    "trained_steps": m, "window": w, "jagg_frac": float(jcfg.jagg_frac), "jagg_groups": n_j,
-                   "target_bwd_count_ratio": target_bwd},
+                   "target_bwd_count_ratio": target_bwd, "update_batch": args.update_batch},
     }
     print()
     print(f"{'medians':22}{'baseline':>12}{'jagg':>12}{'ratio':>10}{'paired':>10}")
@@ -249,10 +217,12 @@ def main() -> None:
                        ("time/rollout_s", "rollout (wall s)"), ("count/transformer_fwd", "transformer fwd rows"),
                        ("count/transformer_bwd", "transformer bwd rows")):
         print(f"{label:22}{base[key]:>12.3f}{jagg[key]:>12.3f}{jagg[key] / base[key]:>10.3f}{paired(key):>10.3f}")
-    print(f"pass costs (median): fwd no-grad 1 row {c['fwd_nograd_1'] * 1e3:.1f} ms, fwd 1 row {c['fwd_1'] * 1e3:.1f} ms,"
-          f" bwd 1 row {c['bwd_1'] * 1e3:.1f} ms, fwd 2 rows {c['fwd_2'] * 1e3:.1f} ms, bwd 2 rows {c['bwd_2'] * 1e3:.1f} ms")
+    for n in ("baseline", "jagg"):
+        print(f"{n} update calls per step (update_batch {args.update_batch}): {describe(calls[n])}")
+    print("call costs (median): " + ", ".join(f"{rows} rows{' fwd+bwd' if graph else ' fwd'} {v * 1e3:.1f} ms"
+                                              for (rows, graph), v in sorted(costs.items())))
     print(f"ratios below: the {args.clock} clock, median of the rounds' paired ratios")
-    print(f"ideal update-time ratio {ideal:.3f} (from 1-row costs only: {ideal_per_row:.3f}); measured "
+    print(f"ideal update-time ratio {ideal:.3f} (the calls made, priced at their measured costs); measured "
           f"{result['update_time_ratio']:.3f} = {result['update_ratio_over_ideal']:.3f} x ideal "
           f"({'within' if abs(result['update_ratio_over_ideal'] - 1) <= 0.10 else 'NOT within'} 10%); "
           f"backward rows {result['bwd_count_ratio']:.3f} (target {target_bwd:.3f})")

@@ -2,8 +2,9 @@
 wall-clock, transformer pass counts and the memory a rollout keeps, measured side by side in one process.
 
 The three methods run through the shared trainer loop (``Trainer.train_step``) on the same model, batch (group size
-x prompts), sampling steps and micro-batch, KL off for all; steps alternate between the methods (the order rotates
-every round) and every figure is the median over the measured rounds. The model is bench_flash.py's (``--config``;
+x prompts), sampling steps and ``method.update_batch`` (rows per transformer call of the update), KL off for all;
+steps alternate between the methods (the order rotates every round) and every figure is the median over the
+measured rounds. The model is bench_flash.py's (``--config``;
 default the FLUX "small" transformer, ~2.3M parameters), so transformer passes dominate. No method uses CFG here
 (FLUX is guidance-distilled); on a CFG family Flow-GRPO would pay two rows per pass and DiffusionNFT one.
 
@@ -47,7 +48,7 @@ def build_trainers(args, run_root: Path) -> dict:
     common = ["logger=none", "model=tiny_flux", f"model.path={model_folder(args.config)}",
               f"model.device={args.device}", f"method.sampling_steps={args.sampling_steps}",
               f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
-              f"method.micro_batch={args.micro_batch}", "method.kl_beta=0", "method.updates_per_rollout=1",
+              f"method.update_batch={args.update_batch}", "method.kl_beta=0", "method.updates_per_rollout=1",
               "trainer.sample_every=0", "trainer.progress=false", f"trainer.threads={args.threads}",
               f"model.height={args.size}", f"model.width={args.size}"]
     extra = {"diffusion_nft": [f"method.sampler={args.sampler}"],
@@ -77,7 +78,7 @@ def main() -> None:
     p.add_argument("--sampling-steps", type=int, default=10, help="N for every method (the authors' SD3.5-M value)")
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--prompts", type=int, default=2)
-    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--update-batch", type=int, default=8, help="method.update_batch of every method")
     p.add_argument("--sampler", default="dpmpp_2m", help="DiffusionNFT's rollout solver (euler, dpmpp_2m, unipc)")
     p.add_argument("--fast-window", type=int, default=2, help="Flow-GRPO-Fast SDE window (its default: 2)")
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32 -> 64 transformer tokens)")

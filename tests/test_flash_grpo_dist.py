@@ -35,7 +35,7 @@ def test_weights_kstar_and_advantages_agree_across_ranks():
 
     (w0, d0, k0, a0), (w1, d1, k1, a1) = run_distributed(_rank_work, 2)
     everything = torch.cat(INV)
-    assert d0 == d1 == pytest.approx(float(everything.mean()), rel=1e-15)
+    assert float(d0) == float(d1) == pytest.approx(float(everything.mean()), rel=1e-15)
     assert abs(float(torch.cat([w0, w1]).mean()) - 1.0) < 1e-15             # weights average to 1 over the update
     assert k0[0] == k0[1] and k1[2] == k1[3] and k0[2] == k0[3] == k1[0] == k1[1]   # group 1 spans both ranks
     ref = compute_advantages(torch.cat(REWARDS), KEYS[0] + KEYS[1], "prompt", True, 5.0).values

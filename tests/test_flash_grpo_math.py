@@ -173,12 +173,12 @@ def per_sample_grads(method, ro):
         theta.grad = None
         stats = method.backward(ro, torch.tensor([i]), update_size=1)
         grads.append(theta.grad.clone())
-        losses.append(stats["loss"])
+        losses.append(float(stats["loss"]))
     return torch.stack(grads), torch.tensor(losses, dtype=torch.float64)
 
 
 WAN_OVERRIDES = ["noise_kernel=linear", "eta=1.0", "sampling_steps=20", "updates_per_rollout=1",
-                 "shuffle_samples=false", "micro_batch=1"]
+                 "shuffle_samples=false", "update_batch=1"]
 
 
 def identity_method(monkeypatch, extra=()):

@@ -14,7 +14,7 @@ from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
 N = 10
-BASE = [f"sampling_steps={N}", "group_size=4", "prompts_per_step=3", "micro_batch=4"]
+BASE = [f"sampling_steps={N}", "group_size=4", "prompts_per_step=3", "update_batch=4"]
 PROMPTS = ["a red square", "a blue sky", "a red square"]          # the same prompt twice: two groups
 
 

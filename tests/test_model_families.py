@@ -47,7 +47,7 @@ def test_twin_is_saved_and_loaded_through_from_pretrained(name, twin_cache):
     module = __import__(fam.cls().__module__, fromlist=["x"])
     build = next(getattr(module, f) for f in dir(module) if f.startswith("build_tiny_"))
     fresh = build(0).transformer.state_dict()
-    bb = fam.build(finetune="full", gradient_checkpointing=True)
+    bb = fam.build(finetune="full", activation_checkpointing="full")
     loaded = bb.transformer.state_dict()
     assert fresh.keys() == loaded.keys() and all(torch.equal(fresh[k], loaded[k]) for k in fresh)
     assert bb.transformer.is_gradient_checkpointing and bb.dtype == torch.float32     # CPU: fp32

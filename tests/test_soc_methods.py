@@ -47,10 +47,10 @@ def test_bad_values_are_rejected_naming_the_key(method, overrides, key, no_model
 
 # ------------------------------------------------------------------------------------------- NFE per iteration
 def one_step(tmp_path, overrides, run: bool = True):
-    """A toy trainer (8 samples per step, micro-batches of 3) after one training step (``run``) or before any."""
+    """A toy trainer (8 samples per step, calls of 3 rows) after one training step (``run``) or before any."""
     cfg = compose(["logger=none", "trainer.progress=false", "trainer.sample_every=0", "model=toy_gaussian",
                    "reward=gaussian_tilt", "method.group_size=4", "method.prompts_per_step=2",
-                   "method.micro_batch=3", "method.reward_scale=0.8", *overrides])
+                   "method.update_batch=3", "method.reward_scale=0.8", *overrides])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     return trainer, (trainer.train_step(0) if run else None)
 
