@@ -26,6 +26,8 @@ from models.frozen_reference import FrozenReference
 log = logging.getLogger(__name__)
 
 FINETUNE_MODES = ("full", "lora")
+TEXT_ENCODER_MODES = ("offload", "device", "precompute")
+BASE_SHARDINGS = ("shard", "replicate")
 ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
 
 
@@ -41,8 +43,17 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     docs/development.md#bf16-on-the-cpu)."""
     if dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-            "float16": torch.float16, "fp16": torch.float16}[dtype]
+    return DTYPES[dtype]
+
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+          "float16": torch.float16, "fp16": torch.float16}
+
+
+def _choice(key: str, value: str, options) -> str:
+    if value not in options:
+        raise ConfigError(f"{key} must be one of {', '.join(options)} (got {value!r})")
+    return value
 
 
 def dist_rank_world() -> tuple[int, int]:
@@ -203,24 +214,31 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     # -- construction -------------------------------------------------------------------------------------------
     def _init_common(self, path: str, name: str | None, device: str, dtype: str, components: Sequence[str],
-                     prompt_cache_size: int | None = 4096, offload_text_encoders: bool = True,
-                     meta_init: bool = False) -> None:
+                     prompt_cache_size: int | None, text_encoders: str, finetune: str, reference_dtype: str,
+                     base_sharding: str) -> None:
+        """Settings every family shares (docs/memory.md): the compute device and dtype, the text-conditioning
+        policy, the fine-tuning mode with its reference dtype and LoRA base sharding; then checks that every
+        component exists before anything loads."""
+        from models.sharded_load import sharded_startup_enabled
+
         self.name = name or self.name
         self.path = str(path)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)
+        self.text_encoders = _choice("model.text_encoders", text_encoders, TEXT_ENCODER_MODES)
+        self.finetune = _choice("model.finetune", finetune, FINETUNE_MODES)
+        self.reference_dtype = DTYPES[_choice("model.reference_dtype", reference_dtype, tuple(DTYPES))]
+        self.base_sharding = _choice("model.base_sharding", base_sharding, BASE_SHARDINGS)
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
         self.loader.check(components)                         # every missing piece named before anything loads
-        self.offload_text_encoders = bool(offload_text_encoders) and self.device.type != "cpu"
+        self.offload_text_encoders = self.text_encoders != "device" and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
         self._prompt_cache = PromptCache(prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        rank, world = dist_rank_world()
-        self._meta_init_all = bool(meta_init) and world > 1     # same value on every rank (collectives follow it)
-        self._meta_init = self._meta_init_all and rank != 0     # this rank builds the transformer on meta
-        self._materialized = not self._meta_init
-        self._materialized_all = not self._meta_init_all
+        self._precomputed = None                              # models.text_cache.PrecomputedText, once loaded
+        self._sharded_startup = sharded_startup_enabled()     # built on meta; parallelize() loads the shards
+        self._materialized = not self._sharded_startup
 
     def _load(self, cls, subfolder: str, **kwargs):
         return self.loader.load(cls, subfolder, **kwargs)
@@ -230,26 +248,26 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._load(cls, subfolder, torch_dtype=self.dtype).requires_grad_(False).eval()
 
     def _load_transformer(self, cls, subfolder: str = "transformer") -> nn.Module:
-        """The trainable transformer with fp32 master weights. With ``meta_init`` under a process group, ranks other
-        than 0 only build it on the meta device (no weights read); :meth:`parallelize` fills their shards from rank
-        0 after sharding."""
-        self._transformer_cls = cls
-        if self._meta_init:
-            from accelerate import init_empty_weights
+        """The transformer in its storage dtype: fp32 master weights for full fine-tuning, the compute dtype for a
+        frozen LoRA base (docs/memory.md#weights-and-their-dtypes). Under a process group of several ranks it is
+        only built on the meta device: :meth:`parallelize` shards it and each rank reads its own shards
+        (``models/sharded_load.py``)."""
+        from models.sharded_load import build_on_meta, cast_like_from_pretrained
 
-            config = self.loader.load_config(cls, subfolder)
-            with init_empty_weights(include_buffers=False):
-                return cls.from_config(config)
-        return self._load(cls, subfolder, torch_dtype=torch.float32)
+        self._transformer_cls, self._transformer_subfolder = cls, subfolder
+        dtype = self.dtype if self.finetune == "lora" else torch.float32
+        if self._sharded_startup:
+            return cast_like_from_pretrained(build_on_meta(cls, self.loader.load_config(cls, subfolder)), dtype)
+        return self._load(cls, subfolder, torch_dtype=dtype)
 
-    def _init_training(self, finetune: str, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
+    def _init_training(self, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
                        keep_reference: bool, gradient_checkpointing: bool, text_encoders: list[nn.Module],
                        vae: nn.Module) -> None:
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
-        self._configure_finetune(finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
+        self._configure_finetune(self.finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
         self.gradient_checkpointing = bool(gradient_checkpointing)
         if gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
@@ -261,9 +279,8 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     # -- fine-tuning mode ---------------------------------------------------------------------------------------
     def _configure_finetune(self, finetune, rank, alpha, targets, keep_reference) -> None:
-        if finetune not in FINETUNE_MODES:
-            raise ConfigError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
-        self.finetune = finetune
+        from models.sharded_load import initial_adapter_state, lora_layers
+
         if finetune == "lora":
             from peft import LoraConfig
 
@@ -274,9 +291,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
             except ValueError as e:
                 raise ConfigError(f"model.lora_targets={list(targets)} match no module of "
                                   f"{type(self.transformer).__name__} ({e})") from None
+            for _, layer in lora_layers(self.transformer):     # adapters and their optimizer state in fp32
+                for p in layer.parameters():
+                    if p.requires_grad:
+                        p.data = p.data.float()
+            if self._materialized:   # seeded as the sharded start-up seeds them (models/sharded_load.py)
+                self._load_adapters(initial_adapter_state(self.transformer, ADAPTER_NAME, torch.initial_seed()))
         else:
             self.transformer.requires_grad_(True)
-        self._keep_reference(keep_reference)
+        self._keep_reference(keep_reference, self.reference_dtype)
+
+    def _load_adapters(self, state: dict[str, torch.Tensor]) -> None:
+        from models.sharded_load import load_adapters
+
+        load_adapters(self.transformer, state)
 
     @property
     def latent_shape(self) -> tuple[int, ...]:
@@ -287,10 +315,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
         """True CFG (one forward over ``[uncond, cond]``) when the family's ``guidance_scale`` exceeds 1."""
         return self.guidance_scale > 1.0
 
+    @property
+    def rows_per_sample(self) -> int:
+        return 2 if self.do_cfg else 1
+
     def _check_ready(self) -> None:
         if not self._materialized:
-            raise RuntimeError(f"{type(self).__name__} was built with meta_init on rank != 0: call "
-                               f"backbone.parallelize(mesh) before using it (it loads rank 0's weights into the "
+            raise RuntimeError(f"{type(self).__name__} was built on the meta device (a process group of several "
+                               f"ranks): call backbone.parallelize(mesh) before using it (it loads each rank's "
                                f"shards)")
 
     # -- text conditioning --------------------------------------------------------------------------------------
@@ -324,20 +356,51 @@ class DiffusersBackbone(FrozenReference, Backbone):
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def _run_encoders(self, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]], prompts: list[str]
+                      ) -> list[dict[str, torch.Tensor]]:
+        """``encode(prompts)``, or their precomputed entries once :meth:`precompute_text` has run."""
+        if self._precomputed is not None:
+            return self._precomputed.lookup(prompts)
+        with torch.no_grad(), self._text_encoders_ready():
+            return encode(prompts)
+
     def _encode_cached(self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
                        ) -> list[dict[str, torch.Tensor]]:
-        def run(missing):
-            with torch.no_grad(), self._text_encoders_ready():
-                return encode(missing)
-        return self._prompt_cache.get(list(prompts), run)
+        return self._prompt_cache.get(list(prompts), lambda missing: self._run_encoders(encode, missing))
 
     def _negative(self, prompt: str, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
                   ) -> dict[str, torch.Tensor]:
         """Conditioning of the negative prompt, encoded once and kept on the model's device."""
         if prompt not in self._neg_cache:
-            with torch.no_grad(), self._text_encoders_ready():
-                self._neg_cache[prompt] = {k: v.detach().to(self.device) for k, v in encode([prompt])[0].items()}
+            entry = self._run_encoders(encode, [prompt])[0]
+            self._neg_cache[prompt] = {k: v.detach().to(self.device) for k, v in entry.items()}
         return self._neg_cache[prompt]
+
+    def precompute_text(self, prompts: list[str], cache_dir: str | os.PathLike | None = None) -> bool:
+        """``model.text_encoders=precompute``: encode ``prompts`` (and the negative prompt) once, each rank its
+        share, into a cache folder keyed by model, encoder settings and prompt set (``models/text_cache.py``), then
+        free the encoders; training makes no encoder call. Call on every rank. Returns whether the cache was
+        reused."""
+        from launcher.distributed import current_world
+        from models.text_cache import build_or_load, cache_key, text_encoder_fingerprint
+        from models.twins import default_cache_dir
+
+        wanted = list(prompts) + ([self.negative_prompt] if self.do_cfg else [])
+        subfolders = [s for s in ("text_encoder", "text_encoder_2", "text_encoder_3")]
+        model = {"family": self.family, "path": self.path,
+                 "text_encoders": (text_encoder_fingerprint(Path(os.path.expanduser(self.path)), subfolders)
+                                   if self.loader.is_local else None)}
+        settings = {"max_sequence_length": getattr(self, "max_sequence_length", None), "dtype": str(self.dtype),
+                    "backbone": type(self).__name__}
+        root = Path(cache_dir) if cache_dir else default_cache_dir() / "text"
+        key = f"{self.name}-{cache_key(model, settings, wanted)}"
+        store, reused = build_or_load(root, key, wanted, lambda batch: self._run_encoders(self._encode, batch),
+                                      current_world())
+        self._precomputed = store
+        self.release_text_encoders()
+        log.info("text conditioning of %d prompts %s %s; text encoders freed", len(store),
+                 "read from" if reused else "precomputed into", store.folder)
+        return reused
 
     # -- guidance ----------------------------------------------------------------------------------------------
     @staticmethod
@@ -351,7 +414,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return v
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+        """Autocast to the compute dtype. An unsharded reference stored below it (a bf16 reference in a
+        single-process fp32 run) computes in its own dtype; sharded, FSDP casts its gathered weights instead."""
+        from models.parallelize import is_sharded
+
+        dtype, ref = self.dtype, self._reference_model
+        if self._active is ref and ref is not None and not is_sharded(ref) and self.reference_dtype != self.dtype:
+            dtype = self.reference_dtype
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:
@@ -363,32 +433,45 @@ class DiffusersBackbone(FrozenReference, Backbone):
                     mp_policy=None) -> None:
         """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style, through
         the family's ``parallelize_<family>`` (activation checkpointing, then ``fully_shard`` per block with a
-        ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE stay replicated and unsharded. With
-        ``meta_init``, rank 0's weights are then broadcast into every rank's shards. Call on every rank, before the
-        optimizer is built (it must see the sharded parameters)."""
-        import torch.distributed as dist
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and is gathered in the compute
+        dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the shards. Text encoders and the
+        VAE stay replicated and unsharded. After a sharded start-up each rank then reads its own shards from the
+        checkpoint (``models/sharded_load.py``). Call on every rank, before the optimizer is built (it must see the
+        sharded parameters)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
 
         from models.parallelize import PARALLELIZE
+        from models.sharded_load import lora_layers
 
         fn = PARALLELIZE[self.parallelize_key]
         ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
-        rank, _ = dist_rank_world()
+        replicated: set[nn.Parameter] = set()
+        if self.finetune == "lora" and self.base_sharding == "replicate":
+            adapters = {p for _, layer in lora_layers(self.transformer) for p in layer.parameters() if p.requires_grad}
+            replicated = {p for p in self.transformer.parameters() if p not in adapters}
         for module in self.transformer_modules():
-            full = None
-            if self._meta_init_all and not self._materialized_all:
-                full = module.state_dict() if rank == 0 else {}
-            fn(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
-               activation_checkpointing=ac and module is self.transformer)
-            if full is not None:
-                if rank != 0:
-                    module.to_empty(device=self.device)
-                set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True,
-                                                                            broadcast_from_rank0=True))
-                for buf in module.buffers():                # non-persistent buffers (e.g. RoPE tables)
-                    dist.broadcast(buf.data, src=0)
-        self._materialized = self._materialized_all = True
+            is_ref = module is self._reference_model
+            policy = MixedPrecisionPolicy(param_dtype=self.dtype) if is_ref and mp_policy is None else mp_policy
+            fn(module, mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
+               activation_checkpointing=ac and module is self.transformer,
+               ignored_params=replicated if module is self.transformer else None)
+        if not self._materialized:
+            self._load_shards()
+        self._materialized = True
         self._after_materialize()
+
+    def _load_shards(self) -> None:
+        """Each rank reads its shards of the policy (and reference) from the transformer's safetensors files; LoRA
+        adapters are drawn from rank 0's seed, as the single-process path draws them."""
+        from launcher.distributed import broadcast_object
+        from models.sharded_load import initial_adapter_state, materialize_and_load, weights_folder
+
+        folder = weights_folder(self.path, self._transformer_subfolder, self.loader.is_local)
+        for module in self.transformer_modules():
+            materialize_and_load(module, folder, self.device)
+        if self.finetune == "lora":
+            seed = broadcast_object(torch.initial_seed())
+            self._load_adapters(initial_adapter_state(self.transformer, ADAPTER_NAME, seed))
 
     def _after_materialize(self) -> None:
         """Hook for tensors derived from the transformer at construction (none by default)."""

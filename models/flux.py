@@ -46,9 +46,11 @@ class FluxBackbone(DiffusersBackbone):
         dynamic_shift: use the scheduler's resolution-dependent shift (``use_dynamic_shifting``) for
             ``method.schedule=scheduler`` as FluxPipeline does; ``False`` uses ``method.shift`` statically.
         prompt_cache_size: prompts whose embeddings are kept (least recently used are dropped).
-        offload_text_encoders: on an accelerator, keep CLIP/T5 on the CPU and move them over only to encode new prompts.
-        meta_init: under a process group, ranks other than 0 build the transformer on the meta device and receive
-            rank 0's weights in :meth:`parallelize` (FSDP start-up without N full copies in host memory).
+        text_encoders: ``offload`` (on the CPU, moved over to encode new prompts), ``device`` (kept on the
+            accelerator) or ``precompute`` (every training prompt encoded once at start, cached on disk, encoders
+            freed); docs/memory.md#text-conditioning.
+        reference_dtype: storage dtype of the full-fine-tuning reference copy (computed in the compute dtype).
+        base_sharding: LoRA only: ``shard`` the frozen base across ranks or ``replicate`` it (no all-gather).
         device, dtype: ``auto`` = CUDA + bf16 when available, else CPU + fp32.
     """
 
@@ -63,12 +65,13 @@ class FluxBackbone(DiffusersBackbone):
                  lora_alpha: float = 64.0, lora_targets: Sequence[str] = FLUX_LORA_TARGETS,
                  gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, dynamic_shift: bool = True,
-                 prompt_cache_size: int | None = 4096, offload_text_encoders: bool = True, meta_init: bool = False):
+                 prompt_cache_size: int | None = 4096, text_encoders: str = "offload",
+                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
         from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
-        self._init_common(path, name, device, dtype, FLUX_COMPONENTS, prompt_cache_size, offload_text_encoders,
-                          meta_init)
+        self._init_common(path, name, device, dtype, FLUX_COMPONENTS, prompt_cache_size, text_encoders, finetune,
+                          reference_dtype, base_sharding)
         self.height, self.width, self.guidance = height, width, guidance
         self.max_sequence_length = max_sequence_length
         self.dynamic_shift = dynamic_shift
@@ -86,7 +89,7 @@ class FluxBackbone(DiffusersBackbone):
         if height % (2 * sf) or width % (2 * sf):
             raise ValueError(f"model.height/width must be multiples of {2 * sf} for this VAE "
                              f"(got {height}x{width})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
+        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
                             [self.pipe.text_encoder, self.pipe.text_encoder_2], self.vae)
         self._lat_h, self._lat_w = 2 * (height // (sf * 2)), 2 * (width // (sf * 2))
         c = self.transformer.config.in_channels

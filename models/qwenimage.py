@@ -50,7 +50,8 @@ class QwenImageBackbone(DiffusersBackbone):
                  lora_targets: Sequence[str] = QWEN_LORA_TARGETS, gradient_checkpointing: bool = False,
                  keep_reference: bool = False, device: str = "auto", dtype: str = "auto", name: str | None = None,
                  dynamic_shift: bool = True, prompt_cache_size: int | None = 4096,
-                 offload_text_encoders: bool = True, meta_init: bool = False):
+                 text_encoders: str = "offload",
+                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
         from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline,
                                QwenImageTransformer2DModel)
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
@@ -58,8 +59,8 @@ class QwenImageBackbone(DiffusersBackbone):
         if not 1 <= max_sequence_length <= 1024:
             raise ConfigError(f"model.max_sequence_length must be in [1, 1024] for Qwen-Image "
                               f"(got {max_sequence_length})")
-        self._init_common(path, name, device, dtype, QWEN_COMPONENTS, prompt_cache_size, offload_text_encoders,
-                          meta_init)
+        self._init_common(path, name, device, dtype, QWEN_COMPONENTS, prompt_cache_size, text_encoders, finetune,
+                          reference_dtype, base_sharding)
         self.height, self.width = height, width
         self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
         self.cfg_renorm, self.max_sequence_length = cfg_renorm, max_sequence_length
@@ -77,7 +78,7 @@ class QwenImageBackbone(DiffusersBackbone):
         sf = self.pipe.vae_scale_factor
         if height % (2 * sf) or width % (2 * sf):
             raise ValueError(f"model.height/width must be multiples of {2 * sf} for this VAE (got {height}x{width})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
+        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
                             [self.pipe.text_encoder], self.vae)
         self._grid = (height // sf // 2, width // sf // 2)
         self._latent_shape = (self._grid[0] * self._grid[1], self.transformer.config.in_channels)

@@ -45,13 +45,14 @@ class SD3Backbone(DiffusersBackbone):
                  lora_rank: int = 32, lora_alpha: float = 64.0, lora_targets: Sequence[str] = SD3_LORA_TARGETS,
                  gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
-                 offload_text_encoders: bool = True, meta_init: bool = False):
+                 text_encoders: str = "offload",
+                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
         from diffusers import StableDiffusion3Pipeline
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
-        self._init_common(path, name, device, dtype, SD3_COMPONENTS, prompt_cache_size, offload_text_encoders,
-                          meta_init)
+        self._init_common(path, name, device, dtype, SD3_COMPONENTS, prompt_cache_size, text_encoders, finetune,
+                          reference_dtype, base_sharding)
         self.height, self.width = height, width
         self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
         self.max_sequence_length = max_sequence_length
@@ -69,7 +70,7 @@ class SD3Backbone(DiffusersBackbone):
         if height % (sf * patch) or width % (sf * patch):
             raise ValueError(f"model.height/width must be multiples of {sf * patch} (VAE factor {sf} x patch {patch}); "
                              f"got {height}x{width}")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
+        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
                             [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae)
         self._latent_shape = (self.transformer.config.in_channels, height // sf, width // sf)
 

@@ -59,13 +59,14 @@ class WanBackbone(DiffusersBackbone):
                  lora_alpha: float = 32.0, lora_targets: Sequence[str] = WAN_LORA_TARGETS,
                  gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
                  dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
-                 offload_text_encoders: bool = True, meta_init: bool = False):
+                 text_encoders: str = "offload",
+                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
         import diffusers
         from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
         from transformers import AutoTokenizer, UMT5EncoderModel
 
-        self._init_common(path, name, device, dtype, WAN_COMPONENTS, prompt_cache_size, offload_text_encoders,
-                          meta_init)
+        self._init_common(path, name, device, dtype, WAN_COMPONENTS, prompt_cache_size, text_encoders, finetune,
+                          reference_dtype, base_sharding)
         self.height, self.width, self.num_frames = height, width, num_frames
         self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
         self.max_sequence_length, self.integer_timesteps = max_sequence_length, integer_timesteps
@@ -83,7 +84,7 @@ class WanBackbone(DiffusersBackbone):
             raise ValueError(f"model.height/width must be multiples of {sf * p_h} for Wan (got {height}x{width})")
         if num_frames < 1 or (num_frames - 1) % tf:
             raise ConfigError(f"model.num_frames must be {tf}k + 1 for this VAE (e.g. 1, 5, 81; got {num_frames})")
-        self._init_training(finetune, lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
+        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
                             [self.pipe.text_encoder], self.vae)
         self._latent_shape = (self.transformer.config.in_channels, (num_frames - 1) // tf + 1, height // sf,
                               width // sf)

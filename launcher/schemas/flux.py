@@ -23,8 +23,9 @@ class FluxModelConfig:
     dtype: str = "auto"               # auto: bf16 on GPU, fp32 on CPU
     dynamic_shift: bool = True        # method.schedule=scheduler: resolution-dependent shift as FluxPipeline
     prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
-    offload_text_encoders: bool = True        # GPU: text encoders on the CPU except while encoding new prompts
-    meta_init: bool = False           # FSDP: ranks > 0 build the transformer on meta, parallelize() broadcasts rank 0's
+    text_encoders: str = "offload"    # offload | device | precompute (docs/memory.md#text-conditioning)
+    reference_dtype: str = "bfloat16"  # full fine-tuning: dtype of the frozen reference copy (KL, EAM, AM)
+    base_sharding: str = "shard"      # LoRA: shard | replicate the frozen base across ranks (docs/memory.md)
 
 
 @dataclass
