@@ -8,6 +8,8 @@ from methods.grpo import GRPO
 
 
 class DanceGRPO(GRPO):
+    train_steps_before_sampling = False         # its random subsets are drawn after the noise of the rollout
+
     def num_trained(self) -> int:
         return max(1, int(self.cfg.timestep_fraction * (self.sde.num_steps - 1)))
 

@@ -89,7 +89,7 @@ class FlashGRPO(GRPO):
         rewards = all_gather_cat(rollout.rewards)
         keys = [k for ks in all_gather_objects(list(rollout.group_keys)) for k in ks]
         adv = compute_advantages(rewards, keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(rollout.images.device)
+        rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(self.backbone.device)
         return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
 
     # -- the 1/lambda weights of every update, fixed before its micro-batches -----------------------------------

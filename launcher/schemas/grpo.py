@@ -31,6 +31,9 @@ class GRPOConfig:
     updates_per_rollout: int = 1      # optimizer steps per rollout (DanceGRPO: samples / grad_accum)
     micro_batch: int = 1              # samples per training forward
     shuffle_samples: bool = False     # shuffle samples before splitting them into updates (Flow-GRPO)
+    rollout_chunk: int = 32           # rows per transformer call while sampling (CFG rows counted; docs/memory.md)
+    decode_chunk: int = 8             # images per VAE decode and per reward call
+    trajectory_offload: bool = False  # keep the states the update reads in pinned host memory, not on the GPU
 
 
 @dataclass

@@ -24,7 +24,10 @@ class SOCConfig:
     loss_clip: float = 0.0            # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
     loss_reduction: str = "sum"       # sum | mean of the squared residual over latent elements
     updates_per_rollout: int = 1      # optimizer steps per iteration
-    micro_batch: int = 1              # samples per batched pass (rollout, VJPs, decode, loss)
+    micro_batch: int = 1              # samples per pass with gradients (VJPs, loss)
+    rollout_chunk: int = 32           # rows per transformer call without gradients (CFG rows counted; docs/memory.md)
+    decode_chunk: int = 8             # images per VAE decode and per reward call
+    trajectory_offload: bool = False  # AM: keep the stored states in pinned host memory, not on the GPU
 
 
 @dataclass
