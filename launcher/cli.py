@@ -104,8 +104,20 @@ def _quiet_libraries() -> None:
 
 
 @hydra.main(version_base="1.3", config_path=installation.config_path(), config_name="train")
-def main(cfg: DictConfig) -> float:
+def _hydra_main(cfg: DictConfig) -> float:
     return run(cfg)
+
+
+def main():
+    """The entry point. ``--plan`` (or ``plan=true``) prints the per-rank memory plan of every run of the command
+    line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
+    args = sys.argv[1:]
+    if "--plan" in args or "plan=true" in args or "+plan=true" in args:
+        from launcher.memory_plan import main as plan_main
+
+        overrides = [a for a in args if a not in ("--plan", "plan=true", "+plan=true", "-m", "--multirun")]
+        sys.exit(plan_main(overrides))
+    return _hydra_main()
 
 
 if __name__ == "__main__":

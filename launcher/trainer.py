@@ -67,6 +67,25 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     return (seed * 1_000_003 + step) * 1_009 + rank
 
 
+def check_memory_plan(cfg: DictConfig, world) -> None:
+    """On a GPU run: log the memory plan (launcher/memory_plan.py) against this GPU's memory and stop with its
+    fixes if the planned peak does not fit (docs/memory.md#the-check-at-start)."""
+    if not torch.cuda.is_available() or cfg.model.get("device", "auto") == "cpu":
+        return
+    from launcher.memory_plan import GiB, plan_with_fixes
+
+    gpu_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GiB
+    result = plan_with_fixes(OmegaConf.to_container(cfg, resolve=True), world.world_size, gpu_gb)
+    if result is None:
+        return
+    if world.is_main:
+        log.info("%s", result.table())
+    if not result.fits:
+        raise ConfigError(f"the planned memory does not fit: {result.verdict()}. Fix: "
+                          + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
+                          + " (`rewardflow ... --plan` prints the table)")
+
+
 def default_threads(world_local_size: int) -> int:
     """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
     if os.environ.get("SLURM_CPUS_PER_TASK"):
@@ -94,12 +113,15 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls = get_class(cfg.method._target_)
+        check_memory_plan(cfg, self.world)     # on GPUs: the planned peak fits, before any weight is read
         with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
             self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
         if self.world.world_size > 1:
             from torch.distributed.device_mesh import init_device_mesh
 
             self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
+        if cfg.model.get("text_encoders") == "precompute":
+            self.backbone.precompute_text(self.prompts)
         self.method = method_cls(cfg.method, self.backbone)
         self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
         self.data = instantiate(cfg.data, seed=t.seed)

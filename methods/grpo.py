@@ -52,6 +52,9 @@ class GRPO(Method):
         _require(m.advantage in ADVANTAGE_MODES, "advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
         _require(m.decode in ("final", "pred_x0"), "decode", f"must be final or pred_x0 (got {m.decode!r})")
         _require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        _require(m.rollout_chunk >= 1, "rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk}); a sample with "
+                 f"true CFG is 2 rows and is never split")
+        _require(m.decode_chunk >= 1, "decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
         n = m.group_size * m.prompts_per_step
         _require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
                  f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")

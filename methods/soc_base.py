@@ -55,6 +55,8 @@ class SOCMethod(Method):
         require(m.group_size >= 1, "group_size", f"must be >= 1 (got {m.group_size})")
         require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
         require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
+        require(m.rollout_chunk >= 1, "rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk})")
+        require(m.decode_chunk >= 1, "decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
         require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
         require(m.sigma_offset >= 0, "sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
         require(m.loss_clip >= 0, "loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")

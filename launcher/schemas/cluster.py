@@ -13,6 +13,7 @@ from typing import Any, Optional
 @dataclass
 class LocalClusterConfig:
     name: str = "local"               # in-process, one process
+    gpu_mem_gb: float = 80.0          # memory of one GPU, for the memory plan (docs/memory.md)
 
 
 @dataclass
@@ -22,6 +23,7 @@ class LocalMultiClusterConfig:
     cpus_per_task: Optional[int] = None   # torch threads per process (default: cores / tasks)
     timeout_min: int = 60
     collective_timeout_s: int = 300   # a collective waiting longer than this fails the job (a dead rank)
+    gpu_mem_gb: float = 80.0          # memory of one GPU, for the memory plan (docs/memory.md)
 
 
 @dataclass
@@ -42,6 +44,7 @@ class SlurmClusterConfig:
     setup: list[str] = field(default_factory=list)   # shell lines run in the sbatch script before srun
     additional_parameters: dict[str, Any] = field(default_factory=dict)   # extra sbatch flags
     collective_timeout_s: int = 600
+    gpu_mem_gb: float = 80.0          # memory of one GPU, for the memory plan (docs/memory.md)
 
 
 SCHEMAS = {"cluster": {"local": LocalClusterConfig, "local_multi": LocalMultiClusterConfig,
