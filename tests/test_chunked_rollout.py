@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import compose
+from conftest import compose, grad_error
 from dist_utils import run_distributed
 
 WHOLE = ["method.rollout_chunk=1000", "method.decode_chunk=1000"]
@@ -56,6 +56,8 @@ def _compare(rank, world, cases, tmp):
     for name, (overrides, model) in cases.items():
         base = [*overrides, f"model={model}", "method.group_size=2", "method.prompts_per_step=2",
                 "method.micro_batch=2"]
+        if "clip_range" in compose([*overrides]).method:      # a ratio of 1 +- rounding must not flip a PPO clip
+            base.append("method.clip_range=0.5")
         whole = one_step([*base, *WHOLE], Path(tmp) / f"{name}-whole-{rank}")
         chunked = one_step([*base, "method.rollout_chunk=1", "method.decode_chunk=1"],
                            Path(tmp) / f"{name}-chunk-{rank}")
@@ -65,7 +67,7 @@ def _compare(rank, world, cases, tmp):
 
 def assert_close(a: torch.Tensor, b: torch.Tensor, rel: float, what: str) -> None:
     scale = float(b.abs().max()) or 1.0
-    torch.testing.assert_close(a, b, rtol=rel, atol=rel * scale, msg=what)
+    torch.testing.assert_close(a, b, rtol=rel, atol=rel * scale, msg=lambda m: f"{what}: {m}")
 
 
 @pytest.mark.slow
@@ -79,9 +81,7 @@ def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(tmp_path):
             if whole["log_probs"] is not None:
                 assert_close(chunked["log_probs"].nan_to_num(), whole["log_probs"].nan_to_num(), 1e-5,
                              f"{what}: log-probs")
-            assert whole["grads"] and chunked["grads"].keys() == whole["grads"].keys(), what
-            for k, g in whole["grads"].items():
-                assert_close(chunked["grads"][k], g, 1e-5, f"{what}: grad {k}")
+            assert grad_error(chunked["grads"], whole["grads"]) <= 1e-5, what
             assert chunked["images"].dtype == torch.uint8                  # 8-bit copies for the image grids
             assert (chunked["images"].int() - whole["images"].int()).abs().max() <= 1, what
 
@@ -95,5 +95,4 @@ def test_chunked_soc_toy_equals_one_call_in_float64(method, tmp_path):
     assert whole["samples"].dtype == torch.float64
     for key in ("samples", "rewards"):
         assert_close(chunked[key], whole[key], 1e-12, key)
-    for k, g in whole["grads"].items():
-        assert_close(chunked["grads"][k], g, 1e-12, k)
+    assert grad_error(chunked["grads"], whole["grads"]) <= 1e-12
