@@ -386,9 +386,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         from models.twins import default_cache_dir
 
         wanted = list(prompts) + ([self.negative_prompt] if self.do_cfg else [])
-        subfolders = [s for s in ("text_encoder", "text_encoder_2", "text_encoder_3")]
+        encoders = ["text_encoder", "text_encoder_2", "text_encoder_3"]
         model = {"family": self.family, "path": self.path,
-                 "text_encoders": (text_encoder_fingerprint(Path(os.path.expanduser(self.path)), subfolders)
+                 "text_encoders": (text_encoder_fingerprint(Path(os.path.expanduser(self.path)), encoders)
                                    if self.loader.is_local else None)}
         settings = {"max_sequence_length": getattr(self, "max_sequence_length", None), "dtype": str(self.dtype),
                     "backbone": type(self).__name__}

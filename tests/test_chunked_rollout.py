@@ -1,7 +1,7 @@
 """Chunked rollouts (methods/chunking.py, methods/trajectory.py; docs/memory.md#chunked-rollouts): with
 ``method.rollout_chunk`` and ``method.decode_chunk`` at their smallest, every method's samples, log-probs, rewards
 and gradients equal one call over the whole batch (today's path) within float rounding: 1e-5 relative in fp32 on
-the tiny twins with 2 gloo ranks, 1e-12 in float64 on the SOC toy."""
+the tiny twins with 2 gloo ranks (gradients: 1e-4, see below), 1e-12 in float64 on the SOC toy."""
 from __future__ import annotations
 
 import pytest
@@ -81,7 +81,9 @@ def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(tmp_path):
             if whole["log_probs"] is not None:
                 assert_close(chunked["log_probs"].nan_to_num(), whole["log_probs"].nan_to_num(), 1e-5,
                              f"{what}: log-probs")
-            assert grad_error(chunked["grads"], whole["grads"]) <= 1e-5, what
+            # GRPO's ratio exp(log p - log p_old) turns the rollout log-probs' absolute rounding (they are sums of
+            # ~10^3 in size) into a relative change of the gradient of that size: 1e-4, not 1e-5
+            assert grad_error(chunked["grads"], whole["grads"]) <= 1e-4, what
             assert chunked["images"].dtype == torch.uint8                  # 8-bit copies for the image grids
             assert (chunked["images"].int() - whole["images"].int()).abs().max() <= 1, what
 
