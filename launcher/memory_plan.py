@@ -367,7 +367,7 @@ def state_lines(run: Run) -> list[Line]:
     optimizer = run.per_rank(moments * trainable * 4)
     lines.append(Line("optimizer state (fp32)", optimizer, optimizer))
     if run.world > 1 and not run.replicated_base:
-        gathered = (2 * run.inv.largest_unit + run.inv.units[0].params) * cb      # current + prefetched block
+        gathered = (run.inv.largest_pair + run.inv.units[0].params) * cb      # current + prefetched block
         lines.append(Line("FSDP: gathered blocks (2) and root", gathered,
                           gathered * (2 if run.reference else 1)))
     return lines

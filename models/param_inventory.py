@@ -58,6 +58,15 @@ class Inventory:
     def largest_unit(self) -> int:
         return max(u.params for u in self.units)
 
+    @property
+    def largest_pair(self) -> int:
+        """The most parameters of two consecutive blocks in forward order (FSDP2 holds the block running and the
+        one it prefetches)."""
+        order = [u.params for u in self.blocks for _ in range(u.count)]
+        if len(order) < 2:
+            return sum(order)
+        return max(a + b for a, b in zip(order, order[1:]))
+
     def lora_params(self, targets: list[str], rank: int) -> int:
         """Adapter parameters peft adds for ``targets`` (a module matches a target equal to its name's suffix)."""
         def hit(name: str) -> bool:
