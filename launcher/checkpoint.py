@@ -4,33 +4,45 @@ Layout under ``<run_dir>/checkpoints/``::
 
     step_00000050/            a complete checkpoint (visible only once whole)
         .metadata, __*_0.distcp   DCP shards: trainable weights (full model or LoRA adapter) + optimizer
-        rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python)
+                                  (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy)
+        rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python) as tensors and plain values
         meta.json             step, data position, W&B run id, cumulative wall-clock, world size
         COMPLETE              written last, before the rename
     .step_00000100.tmp/       a checkpoint being written (never picked up by resume)
+    step_00000150.damaged-<time>/   a checkpoint resume found unreadable, set aside (kept for inspection)
 
 A checkpoint is written into a temporary folder; rank 0 writes ``COMPLETE`` after every rank has finished and
 then renames the folder into place, so a crash at any point leaves either the old set of checkpoints or the new
 one, never a half-written checkpoint that resume would pick (``latest`` only accepts folders holding ``COMPLETE``).
+
+Resume takes the newest checkpoint that is whole and readable: a damaged one (a truncated shard, a missing rank
+file, a file that is not what rewardflow writes) is set aside with a warning naming it and the previous one is used
+(:meth:`CheckpointManager.load_newest_usable`). Nothing in a checkpoint is unpickled beyond plain data
+(:mod:`launcher.safe_dcp`, :mod:`launcher.rng_state`), so a crafted run folder cannot run code.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
-import random
 import re
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException     # a BaseException: caught by name
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from launcher.distributed import World, barrier
+from launcher import rng_state
+from launcher.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from rewardflow.distributed import World, any_rank, barrier, broadcast_object
+from rewardflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +50,28 @@ _STEP = re.compile(r"^step_(\d{8})$")
 MARKER = "COMPLETE"
 
 
-def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
+def _rank_file(path: Path, rank: int) -> Path:
+    return path / f"rank_{rank:05d}.pt"
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+@contextlib.contextmanager
+def _dcp_quiet():
+    """DCP warns on every single-process save and load that it is "assuming the intent is to save in a single
+    process" (even when told so with ``no_dist``); a single-process run is the intended case here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        yield
+
+
+def _first_line(error: BaseException) -> str:
+    """DCP's errors carry every rank's traceback; the last line of the first says what went wrong."""
+    lines = [line for line in str(error).splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line.split(":")[0]]
+    return (errors or lines or [""])[0].strip()[:300]
+
+
+def _single_process() -> bool:
+    return not (dist.is_available() and dist.is_initialized())
 
 
 def _fsync_write(path: Path, text: str) -> None:
@@ -85,8 +106,9 @@ class CheckpointManager:
 
     # -- saving -------------------------------------------------------------------------------------------------
     def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             meta: dict[str, Any]) -> Path:
-        """Collective: every rank must call it with the same ``step``."""
+             meta: dict[str, Any], extra: dict[str, torch.Tensor] | None = None) -> Path:
+        """Collective: every rank must call it with the same ``step``. ``extra``: more tensors (possibly
+        DTensors) saved under ``method``."""
         t0 = time.perf_counter()
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
@@ -95,8 +117,10 @@ class CheckpointManager:
             tmp.mkdir(parents=True)
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-        torch.save(rng_state(), tmp / f"rank_{self.world.rank:05d}.pt")
+        with _dcp_quiet():
+            dcp.save({"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})},
+                     checkpoint_id=str(tmp), no_dist=_single_process())
+        rng_state.save(_rank_file(tmp, self.world.rank))
         barrier()
         if self.world.is_main:
             _fsync_write(tmp / "meta.json", json.dumps({**meta, "step": step, "world_size": self.world.world_size}))
@@ -114,19 +138,97 @@ class CheckpointManager:
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ------------------------------------------------------------------------------------------------
-    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """Restore weights, optimizer and this rank's RNG state in place; return the checkpoint's meta."""
+    def problem(self, path: Path) -> str | None:
+        """Why checkpoint ``path`` cannot be loaded, or None if it looks whole (cheap: no tensor is read).
+
+        Checks the files DCP and :meth:`load` read: ``meta.json``, one RNG file per rank (read as plain data), the
+        DCP metadata (read as plain data), and every shard file at least as long as the metadata says.
+        """
+        try:
+            meta = json.loads((path / "meta.json").read_text())
+            world_size = int(meta["world_size"])
+            int(meta["step"])
+            for rank in range(world_size):
+                rng_state.load(_rank_file(path, rank))
+            needed: dict[str, int] = {}
+            for info in read_metadata(path).storage_data.values():
+                needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+            for name, size in sorted(needed.items()):
+                have = (path / name).stat().st_size
+                if have < size:
+                    return f"{name} is truncated ({have} of {size} bytes)"
+        except Exception as e:  # noqa: BLE001 - any failure to read it means the checkpoint cannot be used
+            return f"{type(e).__name__}: {e}"
+        return None
+
+    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any]:
+        """Restore weights, optimizer, the ``extra`` tensors (in place) and this rank's RNG state; return the
+        checkpoint's meta.
+
+        Collective. Every file is read as plain data (see :mod:`launcher.safe_dcp`); a checkpoint of another world
+        size is a :class:`ConfigError`.
+        """
         meta = json.loads((path / "meta.json").read_text())
         if meta["world_size"] != self.world.world_size:
-            raise RuntimeError(f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
-                               f"{self.world.world_size}; resume with the same cluster.tasks_per_node x nodes")
+            raise ConfigError(f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
+                              f"{self.world.world_size}. Fix: resume with the same number of ranks "
+                              f"(cluster.tasks_per_node x cluster.nodes), or trainer.resume=false to start over")
         opts = StateDictOptions(ignore_frozen_params=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
-        state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))
+        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {})}
+        with _dcp_quiet():
+            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(),
+                     no_dist=_single_process())
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
                        options=StateDictOptions(ignore_frozen_params=True, strict=False))
-        rank_file = path / f"rank_{self.world.rank:05d}.pt"
-        set_rng_state(torch.load(rank_file, weights_only=False))
+        rng_state.restore(rng_state.load(_rank_file(path, self.world.rank)))
         log.info("resumed from %s (step %d)", path, meta["step"])
         return meta
+
+    def load_newest_usable(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                           candidates: list[Path] | None = None, set_aside: bool = True,
+                           extra: dict[str, torch.Tensor] | None = None) -> tuple[Path, dict[str, Any]] | None:
+        """Load the newest of ``candidates`` (default: this run's complete checkpoints) that loads; None if there are
+        none. A damaged one is skipped with a warning naming it and, with ``set_aside``, renamed out of the set
+        (so that pruning never keeps it in place of a good one). Collective: rank 0 checks, every rank loads, and
+        all agree on the outcome. Raises :class:`NoUsableCheckpoint` when every candidate is damaged."""
+        candidates = list(self.complete() if candidates is None else candidates)
+        damaged: list[tuple[Path, str]] = []
+        for path in reversed(candidates):
+            reason = broadcast_object(self.problem(path) if self.world.is_main else None)
+            if reason is None:
+                try:
+                    meta = self.load(path, model, optimizer, extra)
+                except ConfigError:
+                    raise
+                except (Exception, CheckpointException) as e:  # noqa: BLE001 - damage the cheap check missed
+                    reason = f"{type(e).__name__}: {_first_line(e)}"
+                if not any_rank(reason is not None):
+                    if damaged and self.world.is_main:
+                        log.warning("resuming from %s, the newest usable checkpoint", path)
+                    return path, meta
+                reason = reason or "another rank could not load it"
+            damaged.append((path, reason))
+            if self.world.is_main:
+                log.warning("checkpoint %s is damaged and is skipped (%s)", path, reason)
+                if set_aside:
+                    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+                    os.replace(path, aside)
+                    log.warning("set aside as %s (kept for inspection; delete it when done)", aside)
+            barrier()
+        if damaged:
+            raise NoUsableCheckpoint(damaged)
+        return None
+
+
+class NoUsableCheckpoint(ConfigError):
+    """Every checkpoint a run could resume from is damaged: starting over must be the user's decision, since it
+    replaces the run's metrics."""
+
+    def __init__(self, damaged: list[tuple[Path, str]]):
+        self.damaged = damaged
+        listing = "; ".join(f"{p} ({reason})" for p, reason in damaged)
+        super().__init__(f"no checkpoint to resume from is usable: {listing}. Fix: trainer.resume=false starts this "
+                         f"run dir over (its metrics.jsonl is replaced), or trainer.resume_from=<another run dir "
+                         f"or checkpoint>")

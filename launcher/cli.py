@@ -13,6 +13,7 @@ import hydra
 from omegaconf import DictConfig
 
 from launcher import installation
+from launcher.cli_help import completion_filter
 from launcher.config import register_configs
 
 installation.guard()   # before register_configs(), which may import methods/models/rewards
@@ -43,6 +44,8 @@ def run(cfg: DictConfig, info=None) -> float:
     from launcher import preemption
 
     preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))   # before the slow imports: see preemption.py
+    if info is None and cfg.cluster.name == "local":
+        _lock_run_dir_early()
     from launcher.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
@@ -52,13 +55,11 @@ def run(cfg: DictConfig, info=None) -> float:
         cause = config_error_in(e)
         if cause is None:
             raise
-        print(f"rewardflow: config error: {cause}", file=sys.stderr)
-        sys.exit(2)
+        _report(f"config error: {cause}", 2)
     try:
         return trainer.fit()
     except TrainingAborted as e:
-        print(f"rewardflow: training aborted: {e}", file=sys.stderr)
-        sys.exit(3)
+        _report(f"training aborted: {e}", 3)
     except Exception as e:
         import time
         import traceback
@@ -78,10 +79,32 @@ def run(cfg: DictConfig, info=None) -> float:
         raise
 
 
+def _lock_run_dir_early() -> None:
+    """A single-process run (this process is rank 0) locks its run dir before the slow imports, so a second start in
+    the same run dir fails within seconds; the trainer adopts the lock (launcher/run_lock.py)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from launcher.run_lock import RunDirBusy, lock_before_start
+
+    try:
+        lock_before_start(HydraConfig.get().runtime.output_dir)
+    except RunDirBusy as e:
+        _report(f"config error: {e}", 2)
+
+
+def _report(message: str, exit_code: int) -> None:
+    """End the run with a one-paragraph message on stderr, kept in the run's log file too."""
+    from launcher.log_files import log_to_files
+
+    print(f"rewardflow: {message}", file=sys.stderr)
+    log_to_files(log, logging.ERROR, message)
+    sys.exit(exit_code)
+
+
 def config_error_in(error: BaseException | None):
     """The :class:`ConfigError` in ``error``'s cause chain (Hydra's ``instantiate`` wraps what a component's
     constructor raises, e.g. a model that cannot be loaded offline), or None."""
-    from launcher.errors import ConfigError
+    from rewardflow.errors import ConfigError
 
     while error is not None:
         if isinstance(error, ConfigError):
@@ -108,7 +131,7 @@ def _hydra_main(cfg: DictConfig) -> float:
     return run(cfg)
 
 
-def main():
+def main() -> None:
     """The entry point. ``--plan`` (or ``plan=true``) prints the per-rank memory plan of every run of the command
     line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
     args = sys.argv[1:]
@@ -117,7 +140,8 @@ def main():
 
         overrides = [a for a in args if a not in ("--plan", "plan=true", "+plan=true", "-m", "--multirun")]
         sys.exit(plan_main(overrides))
-    return _hydra_main()
+    with completion_filter(args):
+        _hydra_main()
 
 
 if __name__ == "__main__":

@@ -1,48 +1,29 @@
-"""Typed schemas of every config group, registered in Hydra's ConfigStore.
+"""Typed configs: the root schema, and the discovery of every component's config dataclass.
 
-Each YAML option under ``conf/<group>/`` starts from one of these schemas (``defaults: - /schema/<group>/<name>``),
-so a misspelt key or a value of the wrong type fails at composition time, before anything is built. Value checks
-that need more than a type (ranges, cross-group rules) live in :mod:`launcher.validate`.
-
-Group schemas live in :mod:`launcher.schemas`, one module per component family; every module there that defines
-``SCHEMAS = {group: {name: dataclass}}`` is registered as ``schema/<group>/<name>`` (so adding a method, model or
-reward never edits a shared registry). Only light imports are allowed there: the CLI loads them at start-up.
+Each component owns its config dataclass, in a light module beside it named ``<module>_config.py`` (e.g.
+``methods/grpo_config.py`` beside ``methods/grpo.py``) that imports nothing heavy: the CLI composes configs before
+torch is imported. Every such module of :data:`PACKAGES` that defines ``SCHEMAS = {group: {name: dataclass}}`` is
+registered as ``schema/<group>/<name>`` in Hydra's ConfigStore, so adding a method, model or reward never edits a
+shared registry. The dataclass holds the defaults (a method's are its official recipe's); a YAML option under
+``conf/<group>/`` starts from its schema (``defaults: - /schema/<group>/<name>@_here_``) and sets only what differs,
+so a misspelt key, a value of the wrong type or an unknown mode fails at composition time. Checks that need more than
+a type are each component's ``check`` hook, run by :mod:`launcher.validate` before anything is built.
 """
 from __future__ import annotations
 
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import Any, Iterator
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import MISSING
+from omegaconf import MISSING, DictConfig
 
+from launcher.trainer_config import OptimizerConfig, TrainerConfig
 
-@dataclass
-class TrainerConfig:
-    steps: int = 60                   # rollout/update iterations
-    seed: int = 0
-    max_grad_norm: float = 1.0        # 0 disables clipping
-    sample_every: int = 10            # image grid every N steps (W&B and PNG); 0 disables
-    num_sample_images: int = 8
-    max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
-    threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
-    progress: bool = True             # progress bar with reward and s/step
-    ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
-    keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
-    resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
-    export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
-
-
-@dataclass
-class OptimizerConfig:
-    _target_: str = "torch.optim.AdamW"
-    _partial_: bool = True
-    lr: float = 1e-5
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 1e-4
-    eps: float = 1e-8
+#: the packages whose ``*_config`` modules hold component configs
+PACKAGES = ("launcher", "methods", "models", "rewards")
 
 
 @dataclass
@@ -59,26 +40,36 @@ class TrainConfig:
     output_root: str = "outputs"
 
 
-def all_schemas() -> dict[str, dict[str, type]]:
-    """``{group: {name: schema}}`` gathered from every module of :mod:`launcher.schemas`."""
-    from launcher import schemas
+def config_modules() -> Iterator[ModuleType]:
+    """Every ``<package>.<name>_config`` module of :data:`PACKAGES`, in a stable order."""
+    for package in PACKAGES:
+        path = importlib.import_module(package).__path__
+        for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
+            if info.name.endswith("_config"):
+                yield importlib.import_module(f"{package}.{info.name}")
 
+
+def all_schemas() -> dict[str, dict[str, type]]:
+    """``{group: {name: dataclass}}`` gathered from the ``SCHEMAS`` of every config module."""
     out: dict[str, dict[str, type]] = {}
-    for info in sorted(pkgutil.iter_modules(schemas.__path__), key=lambda i: i.name):
-        module = importlib.import_module(f"launcher.schemas.{info.name}")
+    for module in config_modules():
         for group, entries in getattr(module, "SCHEMAS", {}).items():
             for name, node in entries.items():
                 if name in out.setdefault(group, {}):
-                    raise RuntimeError(f"schema/{group}/{name} is defined twice (launcher.schemas.{info.name})")
+                    raise RuntimeError(f"schema/{group}/{name} is defined twice ({module.__name__})")
                 out[group][name] = node
     return out
 
 
 def register_resolvers() -> None:
-    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's."""
+    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's, and by the help
+    page (conf/hydra/default.yaml) to list the config groups."""
     from omegaconf import OmegaConf
 
+    from launcher.cli_help import config_groups_text
+
     OmegaConf.register_new_resolver("rf_null_if_zero", lambda x: None if x in (0, "0") else x, replace=True)
+    OmegaConf.register_new_resolver("rf_config_groups", config_groups_text, replace=True)
 
 
 def register_configs() -> None:
@@ -88,3 +79,24 @@ def register_configs() -> None:
     for group, entries in all_schemas().items():
         for name, node in entries.items():
             cs.store(group=f"schema/{group}", name=name, node=node)
+
+
+def compose(overrides: list[str] | None = None) -> DictConfig:
+    """The run config ``rewardflow <overrides>`` composes, from the configs the CLI reads
+    (:func:`launcher.installation.config_path`), for scripts and tests; the CLI composes through Hydra's main, which
+    also sets up the run directory."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir, initialize_config_module
+    from hydra.core.global_hydra import GlobalHydra
+
+    from launcher.installation import config_path
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    path = config_path()
+    if path.startswith("pkg://"):
+        context = initialize_config_module(config_module=path.removeprefix("pkg://"), version_base="1.3")
+    else:
+        context = initialize_config_dir(config_dir=path, version_base="1.3")
+    with context:
+        return hydra_compose(config_name="train", overrides=list(overrides or []))

@@ -5,57 +5,28 @@ exactly the prompts it would have seen, with no data-loader state to save.
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from typing import Any
 
 import torch
 
-from launcher.errors import ConfigError
-
-SUPPORTED = (".txt", ".jsonl")
-
-
-def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt") -> list[str]:
-    """Read and check the prompt list. Errors name the config key (``data.path`` / ``data.field``) and the fix."""
-    if path is None:
-        if not prompts:
-            raise ConfigError("data: no prompts. Fix: data=demo, or data=file data.path=/path/prompts.txt")
-        return [str(p) for p in prompts]
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise ConfigError(f"data.path={path!r}: no such file. Fix: point data.path at a .txt (one prompt per line) "
-                          f"or .jsonl file (one JSON object per line with key data.field={field!r})")
-    if p.suffix not in SUPPORTED:
-        raise ConfigError(f"data.path={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
-    out: list[str] = []
-    with p.open() as fh:
-        for n, line in enumerate(fh, 1):
-            line = line.strip()
-            if not line:
-                continue
-            if p.suffix == ".txt":
-                out.append(line)
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ConfigError(f"data.path={path!r} line {n}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or field not in row:
-                raise ConfigError(f"data.path={path!r} line {n}: no key {field!r}. Fix: data.field=<key>")
-            out.append(str(row[field]))
-    if not out:
-        raise ConfigError(f"data.path={path!r} holds no prompts")
-    return out
+from launcher.data_config import DataConfig
+from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import load_prompts
 
 
 class PromptSource:
     """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step."""
 
-    def __init__(self, name: str = "", prompts: list[str] | None = None, path: str | None = None,
-                 field: str = "prompt", shuffle: bool = True, seed: int = 0):
-        self.prompts = load_prompts(prompts, path, field)
-        self.shuffle = shuffle
+    def __init__(self, cfg: DataConfig, seed: int = 0):
+        self.prompts = load_prompts(cfg.prompts, cfg.path, cfg.field)
+        self.shuffle = cfg.shuffle
         self.seed = seed
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook of every component (see :mod:`launcher.validate`): the prompts can be read."""
+        with errors.collect():
+            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
 
     def __len__(self) -> int:
         return len(self.prompts)

@@ -1,7 +1,7 @@
 """The installation the ``rewardflow`` command runs from: where Hydra finds its configs, and a guard that rewardflow's
 top-level packages all come from that installation.
 
-rewardflow's code lives in four top-level packages with generic names (:data:`PACKAGES`; the layout is part of the
+rewardflow's code lives in top-level packages with generic names (:data:`PACKAGES`; the layout is part of the
 public interface). Another distribution, or a folder on ``sys.path`` such as a research repository's ``models/``, can
 hold a package with one of those names; Python imports whichever comes first, so rewardflow would fail far from the
 cause or run someone else's code. :func:`guard` stops the command before anything imports them, naming the module,
@@ -17,7 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 DISTRIBUTION = "rewardflow"
-PACKAGES = ("launcher", "methods", "models", "rewards")
+PACKAGES = ("launcher", "methods", "models", "rewards", "rewardflow")
 CONFIG_PACKAGE = "launcher.conf"                    # the repository's conf/, shipped as this package (setup.py)
 ROOT = Path(__file__).resolve().parents[1]          # the folder holding this installation's packages
 SOURCE_CONFIGS = ROOT / "conf"                      # conf/ of a source checkout

@@ -16,7 +16,7 @@ def tail(path: Path, lines: int = 25) -> str:
 
 def other_ranks_report(lines: int = 25) -> str:
     """Log tails of the other tasks of this submitit job ("" outside a multi-task submitit job)."""
-    from launcher.distributed import submitit_job_env
+    from rewardflow.distributed import submitit_job_env
 
     env = submitit_job_env()
     if env is None or env.num_tasks <= 1:

@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 from launcher.memory_coefficients import ACTIVATION_BYTES, VAE_DECODE_BYTES
 
 GiB = float(2 ** 30)
@@ -309,8 +309,16 @@ class Run:
         kl = float(self.method.get("kl_beta", 0) or 0) > 0 or "reward_scale" in self.method
         return kl and not self.lora
 
+    @property
+    def shards(self) -> int:
+        """Ranks a parameter is sharded over: every rank (``cluster.mesh=fsdp``) or one shard group (``hsdp``)."""
+        cluster = self.cfg.get("cluster", {})
+        if cluster.get("mesh", "fsdp") != "hsdp":
+            return self.world
+        return min(self.world, int(cluster.get("shard_size") or cluster.get("tasks_per_node") or self.world))
+
     def per_rank(self, nbytes: float) -> float:
-        return nbytes / self.world if self.world > 1 else nbytes
+        return nbytes / self.shards
 
     @property
     def samples(self) -> int:
@@ -366,7 +374,7 @@ def state_lines(run: Run) -> list[Line]:
     moments = 2 if "adam" in str(run.cfg.get("optimizer", {}).get("_target_", "adam")).lower() else 1
     optimizer = run.per_rank(moments * trainable * 4)
     lines.append(Line("optimizer state (fp32)", optimizer, optimizer))
-    if run.world > 1 and not run.replicated_base:
+    if run.shards > 1 and not run.replicated_base:
         gathered = (run.inv.largest_pair + run.inv.units[0].params) * cb      # current + prefetched block
         lines.append(Line("FSDP: gathered blocks (2) and root", gathered,
                           gathered * (2 if run.reference else 1)))
@@ -529,6 +537,28 @@ def plan_with_fixes(cfg: dict, world: int | None = None, gpu_gb: float | None = 
     if result is not None and not result.fits:
         result.fixes = suggest_fixes(cfg, result, world, gpu_gb)
     return result
+
+
+def check_at_start(cfg, world) -> None:
+    """On a GPU run: log the plan against this GPU's memory and stop with its fixes if the planned peak does not fit
+    (docs/memory.md#the-check-at-start). ``cfg``: the run's DictConfig; ``world``: rewardflow.distributed.World."""
+    import logging
+
+    import torch
+    from omegaconf import OmegaConf
+
+    if not torch.cuda.is_available() or cfg.model.get("device", "auto") == "cpu":
+        return
+    gpu_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GiB
+    result = plan_with_fixes(OmegaConf.to_container(cfg, resolve=True), world.world_size, gpu_gb)
+    if result is None:
+        return
+    if world.is_main:
+        logging.getLogger(__name__).info("%s", result.table())
+    if not result.fits:
+        raise ConfigError(f"the planned memory does not fit: {result.verdict()}. Fix: "
+                          + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
+                          + " (`rewardflow ... --plan` prints the table)")
 
 
 # ----------------------------------------------------------------------------------------------- command line

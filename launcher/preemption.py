@@ -79,7 +79,7 @@ class PreemptionGuard:
         """Collective: True on every rank as soon as one rank is due to stop."""
         if not self.active:
             return False
-        from launcher.distributed import any_rank
+        from rewardflow.distributed import any_rank
 
         return any_rank(self._due())
 

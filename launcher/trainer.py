@@ -13,18 +13,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from hydra.utils import get_class, instantiate
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.checkpoint import CheckpointManager
-from launcher.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
-                                  init_distributed, main_rank_first, submitit_job_env)
-from launcher.errors import ConfigError
-from launcher.plots import plot_reward_curve, save_image_grid
 from launcher import preemption
+from launcher.checkpoint import CheckpointManager
+from launcher.components import build, component_class
+from launcher.memory_plan import check_at_start
+from launcher.mesh import build_mesh, describe
+from launcher.node_cache import cache_builders_first
+from launcher.plots import plot_reward_curve, save_image_grid
+from launcher.resume import copy_history, load_start_point
+from launcher.run_lock import lock_run_dir
 from launcher.run_logger import RunLogger
+from launcher.step_log import StepLog, progress_bar_shown
 from launcher.validate import validate
-from models.nfe_counter import NFECounter
+from models.prompt_truncation import truncation_warning
+from rewardflow.distributed import (all_gather_cat, all_reduce_sum, any_rank, broadcast_object, collective_device,
+                                    init_distributed, submitit_job_env)
+from rewardflow.errors import ConfigError
+from rewardflow.nfe_counter import NFECounter
 
 log = logging.getLogger(__name__)
 
@@ -67,25 +75,6 @@ def step_seed(seed: int, step: int, rank: int = 0) -> int:
     return (seed * 1_000_003 + step) * 1_009 + rank
 
 
-def check_memory_plan(cfg: DictConfig, world) -> None:
-    """On a GPU run: log the memory plan (launcher/memory_plan.py) against this GPU's memory and stop with its
-    fixes if the planned peak does not fit (docs/memory.md#the-check-at-start)."""
-    if not torch.cuda.is_available() or cfg.model.get("device", "auto") == "cpu":
-        return
-    from launcher.memory_plan import GiB, plan_with_fixes
-
-    gpu_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GiB
-    result = plan_with_fixes(OmegaConf.to_container(cfg, resolve=True), world.world_size, gpu_gb)
-    if result is None:
-        return
-    if world.is_main:
-        log.info("%s", result.table())
-    if not result.fits:
-        raise ConfigError(f"the planned memory does not fit: {result.verdict()}. Fix: "
-                          + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
-                          + " (`rewardflow ... --plan` prints the table)")
-
-
 def default_threads(world_local_size: int) -> int:
     """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
     if os.environ.get("SLURM_CPUS_PER_TASK"):
@@ -103,6 +92,9 @@ class Trainer:
                               f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
                               f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local")
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
+        if self.world.is_main:
+            log.info("run dir %s", info.run_dir)
+        self.run_lock = lock_run_dir(info.run_dir, self.world)    # one run per run dir (launcher/run_lock.py)
         if cfg.method.prompts_per_step % self.world.world_size:
             raise ConfigError(f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
                               f"{self.world.world_size} ranks (each rank samples whole prompt groups)")
@@ -112,19 +104,23 @@ class Trainer:
         if not self.world.is_main:
             logging.getLogger().setLevel(logging.WARNING)
 
-        method_cls = get_class(cfg.method._target_)
-        check_memory_plan(cfg, self.world)     # on GPUs: the planned peak fits, before any weight is read
-        with main_rank_first(self.world):      # rank 0 fills download / twin caches; the others then read them
-            self.backbone = instantiate(cfg.model, keep_reference=method_cls.needs_reference(cfg.method))
+        method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
+        check_at_start(cfg, self.world)        # on GPUs: the planned peak fits, before any weight is read
+        # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
+        with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
+            self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
+        truncated = truncation_warning(self.backbone, self.prompts, cfg.model.name) if self.world.is_main else None
+        if truncated:
+            log.warning(truncated)
         if self.world.world_size > 1:
-            from torch.distributed.device_mesh import init_device_mesh
-
-            self.backbone.parallelize(init_device_mesh(self.backbone.device.type, (self.world.world_size,)))
+            mesh = build_mesh(cfg.cluster, self.world, self.backbone.device.type)
+            self.backbone.parallelize(mesh)
+            log.info("FSDP2 mesh: %s", describe(mesh))
         if cfg.model.get("text_encoders") == "precompute":
             self.backbone.precompute_text(self.prompts)
-        self.method = method_cls(cfg.method, self.backbone)
-        self.reward = instantiate(cfg.reward).to(self.backbone.device).eval().requires_grad_(False)
-        self.data = instantiate(cfg.data, seed=t.seed)
+        self.method = method_cls(method_cfg, self.backbone)
+        self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
+        self.data = build(cfg.data, "data", seed=t.seed)
         self.params = list(self.backbone.trainable_parameters())
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
@@ -135,7 +131,7 @@ class Trainer:
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
         self.start_step = 0
-        wandb_id = self._resume() if t.resume else None
+        wandb_id = self._resume()
         self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
                                 resume=self.start_step > 0, enabled=self.world.is_main)
         n_params = sum(p.numel() for p in self.params)
@@ -148,36 +144,40 @@ class Trainer:
         return self.info.run_dir / "wandb_run_id"
 
     def _resume(self) -> str | None:
-        """Load the latest complete checkpoint of this run dir, if any; return the W&B run id to continue."""
-        latest = broadcast_object(str(self.checkpoints.latest() or ""))
-        wandb_id = self._wandb_id_file().read_text().strip() if self._wandb_id_file().exists() else None
-        if latest:
-            meta = self.checkpoints.load(Path(latest), self.backbone.transformer, self.optimizer)
-            self.start_step = int(meta["step"]) + 1
-            self.wallclock = float(meta.get("wallclock_s", 0.0))
-            wandb_id = meta.get("wandb_run_id") or wandb_id
-            log.info("resuming at step %d from %s", self.start_step, latest)
-        return wandb_id
+        """Load the run's start point (launcher/resume.py); return the W&B run id to continue, if any."""
+        start = load_start_point(self.cfg, self.checkpoints, self.backbone.transformer, self.optimizer,
+                                 extra=self.method.state_dict())
+        own_id = self._wandb_id_file()
+        wandb_id = own_id.read_text().strip() if self.cfg.trainer.resume and own_id.exists() else None
+        if start is None:
+            return wandb_id
+        self.start_step = int(start.meta["step"]) + 1
+        self.wallclock = float(start.meta.get("wallclock_s", 0.0))
+        log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
+        if start.own_run:
+            return start.meta.get("wandb_run_id") or wandb_id
+        if self.world.is_main:                 # another run's checkpoint: a new W&B run, its curve from step 0
+            copy_history(start, self.info.run_dir)
+            own_id.unlink(missing_ok=True)
+        return None
 
     def save_checkpoint(self, step: int) -> Path:
         backend = self.logger.backend
         meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
                 "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
-        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta)
+        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta,
+                                     extra=self.method.state_dict())
 
     def _build_backend(self, run_id: str | None):
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        cfg_dict = OmegaConf.to_container(self.cfg, resolve=True)
         tags = list(dict.fromkeys([self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name,
                                    *self.info.tags, *lcfg.tags]))
-        kwargs = OmegaConf.to_container(lcfg, resolve=True)
-        cls = get_class(kwargs.pop("_target_"))
-        kwargs.update(group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
-                      run_name=lcfg.run_name or self.info.run_name)
-        # the run config holds nested _target_ keys, so it must not go through hydra's recursive instantiate
-        backend = cls(run_dir=self.info.run_dir, run_config=cfg_dict, run_id=run_id, **kwargs)
+        backend = build(lcfg, "logger", run_dir=self.info.run_dir,
+                        run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
+                        group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
+                        run_name=lcfg.run_name or self.info.run_name, run_id=run_id)
         self._wandb_id_file().write_text(backend.run_id + "\n")   # a restart before any checkpoint reuses it
         return backend
 
@@ -211,6 +211,7 @@ class Trainer:
                 metrics.update(method.prepare_update(rollout))
                 skipped, update_metrics = self._run_updates(rollout, generator)
                 metrics.update(update_metrics)
+            method.end_step(step)
         # components may report extra per-step metrics (e.g. reward/<component>, jagg/cos_group_<g>)
         metrics.update(self.reward.step_metrics())
         metrics.update(method.step_metrics())
@@ -310,13 +311,19 @@ class Trainer:
 
         t = self.cfg.trainer
         steps = int(t.steps)
+        bar_shown = progress_bar_shown(t.progress, self.world.is_main)
         bar = tqdm(range(self.start_step, steps), desc=f"{self.cfg.method.name}", initial=self.start_step,
-                   total=steps, disable=not (t.progress and self.world.is_main), dynamic_ncols=True)
+                   total=steps, disable=not bar_shown, dynamic_ncols=True)
+        step_log = StepLog(t.log_every, steps, bar_shown, enabled=self.world.is_main)
         exit_code = 1
         try:
             for step in bar:
                 m = self.train_step(step)
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
+                step_log(m)
+                if self.run_lock is not None and self.run_lock.lost:
+                    raise RuntimeError(f"another process took this run dir's lock ({self.run_lock.lost}); "
+                                       f"stopping so that the two runs do not mix their files")
                 last = step == steps - 1
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
@@ -327,9 +334,13 @@ class Trainer:
                     self.save_checkpoint(step)
             exit_code = 0
         finally:
-            if exit_code == 0 or not self.preemption.requested:
+            lost = self.run_lock is not None and self.run_lock.lost
+            if (exit_code == 0 or not self.preemption.requested) and not lost:   # lost: the run dir is another's
                 self._finish(exit_code)
-        return float(self.logger.history[-1]["reward/mean"]) if self.logger.history else float("nan")
+            if self.run_lock is not None:
+                self.run_lock.release()
+        last = self.logger.history[-1].get("reward/mean") if self.logger.history else None
+        return float("nan") if last is None else float(last)     # a non-finite reward is logged as null
 
     def _export(self) -> None:
         """The fine-tuned weights in the family's own format (a peft adapter or a diffusers transformer folder), next

@@ -1,56 +1,70 @@
-"""Checks of the composed config that run before any model is built.
+"""Checks of the composed config that run before any model is built, all at once.
 
-Types and unknown keys are already rejected by the schemas at composition time; this adds ranges and rules that
-involve several groups. Every error names the key and the fix.
+Types, unknown keys and unknown modes are already rejected at composition (the typed configs). Here every component
+of the run (method, model, reward, data, logger) checks the values it cannot run with through its hook
+``@classmethod check(cls, cfg, errors)``, which sees the whole run config (typed) and records failures in ``errors``
+(:class:`rewardflow.errors.ConfigErrors`, one ``errors.require(ok, key, message)`` per rule); the trainer's own keys
+and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
+each naming its key and the fix.
 """
 from __future__ import annotations
 
-from hydra.utils import get_class
+from typing import Any
+
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.data import load_prompts
-from launcher.errors import ConfigError
+from launcher.components import component_class
+from launcher.mesh import check_mesh_config
+from launcher.resume import check_resume_from
+from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import load_prompts
 
-
-def _component(cfg: DictConfig, group: str):
-    target = cfg[group].get("_target_")
-    try:
-        return get_class(target)
-    except Exception as e:  # hydra wraps import errors
-        raise ConfigError(f"{group}._target_={target!r} cannot be imported ({e}). Fix: pick an existing "
-                          f"{group} option (`rewardflow --help` lists them)") from None
+#: the config groups whose component has a ``check`` hook (``logger=none`` has no component)
+COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
 def validate(cfg: DictConfig) -> list[str]:
-    """Raise :class:`ConfigError` if the config cannot run; return the prompts it will use (already loaded)."""
+    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the run's prompts."""
+    errors = ConfigErrors()
+    for key in OmegaConf.missing_keys(cfg):
+        errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
+    errors.raise_if_any()
+    run = OmegaConf.to_object(cfg)
+    check_trainer(run, errors)
+    classes = {}
+    for group in COMPONENT_GROUPS:
+        node = getattr(run, group)
+        if getattr(node, "_target_", None) is not None:
+            with errors.collect():
+                classes[group] = component_class(node, group)
+    for cls in classes.values():
+        cls.check(run, errors)
+    if not errors.messages:                                 # rules across groups need each group to be valid
+        check_across_groups(run, classes, errors)
+    errors.raise_if_any()
+    return load_prompts(run.data.prompts, run.data.path, run.data.field)
+
+
+def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     t = cfg.trainer
-    if t.steps < 1:
-        raise ConfigError(f"trainer.steps must be >= 1 (got {t.steps})")
-    if t.max_grad_norm < 0:
-        raise ConfigError(f"trainer.max_grad_norm must be >= 0 (got {t.max_grad_norm}); 0 disables clipping")
-    if t.max_nonfinite_in_a_row < 1:
-        raise ConfigError(f"trainer.max_nonfinite_in_a_row must be >= 1 (got {t.max_nonfinite_in_a_row})")
-    if t.sample_every < 0:
-        raise ConfigError(f"trainer.sample_every must be >= 0 (got {t.sample_every}); 0 disables image grids")
-    if cfg.optimizer.lr <= 0:
-        raise ConfigError(f"optimizer.lr must be > 0 (got {cfg.optimizer.lr})")
+    errors.require(t.steps >= 1, "trainer.steps", f"must be >= 1 (got {t.steps})")
+    errors.require(t.max_grad_norm >= 0, "trainer.max_grad_norm",
+                   f"must be >= 0 (got {t.max_grad_norm}); 0 disables clipping")
+    errors.require(t.max_nonfinite_in_a_row >= 1, "trainer.max_nonfinite_in_a_row",
+                   f"must be >= 1 (got {t.max_nonfinite_in_a_row})")
+    errors.require(t.sample_every >= 0, "trainer.sample_every",
+                   f"must be >= 0 (got {t.sample_every}); 0 disables image grids")
+    errors.require(cfg.optimizer.lr > 0, "optimizer.lr", f"must be > 0 (got {cfg.optimizer.lr})")
+    errors.require(t.log_every >= 0, "trainer.log_every",
+                   f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
+    with errors.collect():
+        check_resume_from(cfg)
+    with errors.collect():
+        check_mesh_config(cfg.cluster)
 
-    method_cls = _component(cfg, "method")
-    method_cls.check_config(cfg)
-    reward_cls = _component(cfg, "reward")
-    if method_cls.requires_differentiable_reward and not reward_cls.is_differentiable(cfg.reward):
-        raise ConfigError(f"method={cfg.method.name} needs a differentiable reward, but reward={cfg.reward.name} "
-                          f"is not. Fix: choose a differentiable reward (e.g. reward=color)")
-    _component(cfg, "model")
-    if cfg.model.get("finetune") not in (None, "full", "lora"):
-        raise ConfigError(f"model.finetune must be full or lora (got {cfg.model.finetune!r})")
 
-    if OmegaConf.is_missing(cfg.data, "path"):
-        raise ConfigError("data.path is required with data=file. Fix: data.path=/path/prompts.txt (one prompt per "
-                          "line) or a .jsonl file with key data.field")
-    prompts = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field)
-    try:
-        reward_cls.check_config(cfg.reward, prompts)    # the prompts, and e.g. weights present when offline
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return prompts
+def check_across_groups(cfg: Any, classes: dict[str, type], errors: ConfigErrors) -> None:
+    method, reward = classes["method"], classes["reward"]
+    errors.require(not method.requires_differentiable_reward or reward.is_differentiable(cfg.reward), "reward",
+                   f"method={cfg.method.name} needs a differentiable reward, but reward={cfg.reward.name} is not. "
+                   f"Fix: choose a differentiable reward (e.g. reward=color)")

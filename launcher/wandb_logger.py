@@ -1,50 +1,140 @@
 """Weights & Biases backend: run config = the full resolved Hydra config, group/tags from method, model, reward and
 the sweep, and the compute axes ``time/wallclock_s`` / ``time/gpu_hours`` registered with ``define_metric`` so
-dashboards can plot any metric against them. Offline unless an API key is present (``logger.mode=auto``)."""
+dashboards can plot any metric against them.
+
+W&B's own set-up is honoured as W&B documents it (docs/wandb.md): ``logger.mode=auto`` (the default) takes
+``WANDB_MODE`` if set, else the mode ``wandb online`` / ``wandb offline`` saved in a W&B settings file, else online
+when W&B credentials are configured in any usual way (``WANDB_API_KEY``, ``wandb login``'s netrc entry, an
+``api_key`` in a settings file, ``WANDB_IDENTITY_TOKEN_FILE``) and offline otherwise; an explicit ``logger.mode``
+wins, like a ``wandb.init(mode=...)`` argument. ``logger.project`` / ``logger.entity`` left unset defer to
+``WANDB_PROJECT`` / ``WANDB_ENTITY`` (or a settings file), then to project ``rewardflow`` and the account's default
+entity. The run's URL, or its offline folder and the ``wandb sync`` command, is logged at start.
+"""
 from __future__ import annotations
 
+import configparser
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
+from launcher.wandb_logger_config import WandbLoggerConfig, WandbMode
+from rewardflow.errors import ConfigError, ConfigErrors
+
 log = logging.getLogger(__name__)
 
-MODES = ("auto", "online", "offline", "disabled")
 COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
+DEFAULT_PROJECT = "rewardflow"
+MAX_TAG_LENGTH = 64   # W&B rejects longer tags when the run starts
 
 
-def resolve_mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ValueError(f"logger.mode must be one of {MODES} (got {mode!r})")
-    if mode != "auto":
-        return mode
-    return "online" if os.environ.get("WANDB_API_KEY") else "offline"
+def _wandb_settings():
+    """W&B's global settings as ``wandb.init`` sees them: environment variables and settings files."""
+    import wandb
+
+    return wandb.setup().settings
+
+
+def _settings_file_mode(settings) -> str | None:
+    """The mode ``wandb online`` / ``wandb offline`` wrote into a settings file (the workspace one wins)."""
+    mode = None
+    for path in (settings.settings_system, settings.settings_workspace):
+        parser = configparser.ConfigParser()
+        try:
+            parser.read(path)
+        except (configparser.Error, TypeError):
+            continue
+        mode = parser.get("default", "mode", fallback=None) or mode
+    return {"dryrun": "offline", "run": "online"}.get(mode, mode)
+
+
+def credentials_source(settings) -> str | None:
+    """Where W&B would find credentials for its server (None if nowhere)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return "WANDB_API_KEY"
+    if settings.api_key:
+        return "the api_key of a W&B settings file"
+    if os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or settings.identity_token_file:
+        return "WANDB_IDENTITY_TOKEN_FILE"
+    from wandb.sdk.lib.wbauth import read_netrc_auth     # the reader `wandb login` writes for (pinned wandb)
+
+    try:
+        if read_netrc_auth(host=settings.base_url):
+            return "`wandb login` (netrc)"
+    except Exception as e:  # noqa: BLE001 - a malformed entry: wandb.init would fail online too
+        log.warning("ignoring the W&B netrc entry: %s", e)
+    return None
+
+
+def resolve_mode(mode: str) -> tuple[str, str]:
+    """(the W&B mode to run in, why), following the precedence in the module docstring."""
+    if mode not in tuple(WandbMode):
+        raise ConfigError(f"logger.mode must be one of {', '.join(WandbMode)} (got {mode!r}). Fix: logger.mode=auto "
+                          f"follows WANDB_MODE and your W&B login")
+    if mode != WandbMode.auto:
+        return str(mode), f"logger.mode={mode}"
+    settings = _wandb_settings()
+    if os.environ.get("WANDB_MODE"):
+        return settings.mode, f"WANDB_MODE={os.environ['WANDB_MODE']}"
+    saved = _settings_file_mode(settings)
+    if saved in ("online", "offline", "disabled"):
+        return saved, f"`wandb {saved}` (a W&B settings file)"
+    source = credentials_source(settings)
+    if source:
+        return "online", f"W&B credentials from {source}"
+    return "offline", "no W&B credentials: set WANDB_API_KEY or run `wandb login` to log online"
 
 
 class WandbLogger:
-    """Thin wrapper over a ``wandb`` run. ``run_id`` resumes an existing run (same id, no duplicated steps)."""
+    """Thin wrapper over a ``wandb`` run, built from its typed config (:class:`WandbLoggerConfig`) and the run's
+    names (the trainer picks ``group``, ``tags`` and ``run_name`` from the config or the sweep). ``run_id`` resumes
+    an existing run (same id, no duplicated steps)."""
 
-    def __init__(self, run_dir: str | Path, run_config: dict[str, Any], project: str = "rewardflow",
-                 entity: str | None = None, mode: str = "auto", group: str | None = None,
-                 tags: list[str] | None = None, run_name: str | None = None, log_images: bool = True,
-                 run_id: str | None = None, name: str = "wandb"):
+    def __init__(self, cfg: WandbLoggerConfig, run_dir: str | Path, run_config: dict[str, Any],
+                 group: str | None = None, tags: list[str] | None = None, run_name: str | None = None,
+                 run_id: str | None = None):
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.mode = resolve_mode(mode)
+        self.mode, why = resolve_mode(cfg.mode)
         self.run_dir = Path(run_dir)
-        self.log_images_enabled = log_images
+        self.log_images_enabled = cfg.log_images
         self._wandb = wandb
-        self.run = wandb.init(project=project, entity=entity, dir=str(run_dir), mode=self.mode, config=run_config,
-                              group=group, tags=list(tags or []), name=run_name, id=run_id,
-                              resume="allow" if run_id else None, reinit="finish_previous")
+        project = cfg.project
+        if self.mode != "disabled":
+            project = project or _wandb_settings().project or DEFAULT_PROJECT
+        kwargs = dict(project=project, entity=cfg.entity, dir=str(run_dir), config=run_config, group=group,
+                      tags=list(tags or []), name=run_name, id=run_id, resume="allow" if run_id else None,
+                      reinit="finish_previous")
+        try:
+            self.run = wandb.init(mode=self.mode, **kwargs)
+        except Exception as e:  # noqa: BLE001 - only a mode chosen for the user falls back
+            if cfg.mode != WandbMode.auto or self.mode != "online":
+                raise
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            log.warning("W&B online start failed (%s: %s); logging offline instead (%s)", type(e).__name__,
+                        first_line, why)
+            self.mode, why = "offline", "online start failed"
+            self.run = wandb.init(mode="offline", **kwargs)
         self.run.define_metric("step")
         for axis in COMPUTE_AXES:           # compute axes: selectable as x-axis, summarised by their max
             self.run.define_metric(axis, step_metric="step", summary="max")
         self.run.define_metric("*", step_metric="step")
-        where = getattr(self.run, "url", None) if self.mode == "online" else getattr(self.run, "dir", run_dir)
-        log.info("W&B run %s (%s): %s", self.run.id, self.mode, where)
+        log.info("W&B run %s, %s (%s): %s", self.run.id, self.mode, why, self.start_message())
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (see :mod:`launcher.validate`)."""
+        long = [t for t in cfg.logger.tags if len(t) > MAX_TAG_LENGTH]
+        errors.require(not long, "logger.tags", f"W&B takes tags of at most {MAX_TAG_LENGTH} characters "
+                       f"(got {long}). Fix: shorten them")
+
+    def start_message(self) -> str:
+        if self.mode == "online":
+            return str(self.run.url)
+        if self.mode == "offline":
+            return f"{self.location}; upload it with `wandb sync {self.location}`"
+        return "nothing is logged to W&B (metrics.jsonl only)"
 
     @property
     def run_id(self) -> str:

@@ -19,47 +19,72 @@ Transformer passes per sample: K + 1 forwards (rollout, denoising), K VJPs (forw
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
+import torch
+
+from methods.adjoint_matching_config import AdjointMatchingConfig
 from methods.base import Rollout
 from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
+from methods.soc_base import SOCMethod
 from methods.trajectory import Trajectory
-from methods.soc_base import SOCMethod, require
 from models.backbone import Backbone
+from rewardflow.errors import ConfigErrors
+
+
+def am_loss_steps(n: int, k: int, last: int, random: int, generator: torch.Generator) -> torch.Tensor:
+    """(n, random + last) indices on a K-step grid: per row, ``random`` distinct random steps among the first
+    ``k - last``, then the last ``last`` steps (AM App. G.2's loss steps, secondhand; EAM's ``am_grid`` parity)."""
+    tail = torch.arange(k - last, k).expand(n, -1)
+    if random == 0:
+        return tail.clone()
+    early = torch.stack([torch.randperm(k - last, generator=generator)[:random] for _ in range(n)])
+    return torch.cat([early, tail], dim=1)
 
 
 class AdjointMatching(SOCMethod):
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: AdjointMatchingConfig
+
+    def __init__(self, cfg: AdjointMatchingConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.num_steps = int(cfg.sampling_steps)
         self.ts = self.schedule.grid(self.num_steps)
         self.solver = LeanAdjointSolver(self.schedule)
 
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        require(m.sigma_offset > 0, "sigma_offset", f"must be > 0 for the rollout (got {m.sigma_offset}): the "
-                f"memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
-        require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "loss_last_steps",
-                f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})")
-        require(m.loss_last_steps + m.loss_random_steps >= 1, "loss_last_steps",
-                "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
+        if m.sigma_offset >= 0:                     # negative: SOCMethod's error already
+            errors.require(m.sigma_offset > 0, "method.sigma_offset", f"must be > 0 for the rollout (got "
+                           f"{m.sigma_offset}): the memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
+        errors.require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "method.loss_last_steps",
+                       f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, "
+                       f"{m.loss_random_steps})")
+        errors.require(m.loss_last_steps + m.loss_random_steps >= 1, "method.loss_last_steps",
+                       "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
+    @classmethod
+    def loss_step_counts(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
+        """``(last, random)``: the last ``min(loss_last_steps, K)`` grid steps and ``min(loss_random_steps, rest)``
+        random earlier ones enter the loss (fewer than asked when K is small, e.g. at CPU-demo scale)."""
+        k = int(cfg.sampling_steps)
+        last = min(int(cfg.loss_last_steps), k)
+        return last, min(int(cfg.loss_random_steps), k - last)
+
+    @classmethod
+    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
+        """K rollout forwards, the denoising forward (``denoise_last_step``), K VJPs of the frozen base (forward +
+        backward) and a forward + backward per loss step."""
+        k, loss = int(cfg.sampling_steps), sum(cls.loss_step_counts(cfg))
+        return k + int(cfg.denoise_last_step) + k + loss, k + loss
+
     def loss_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        """(n, T) grid indices: the last ``min(loss_last_steps, K)`` steps and ``min(loss_random_steps, rest)``
-        distinct random earlier steps per sample (fewer when K is small, e.g. at CPU-demo scale)."""
-        k = self.num_steps
-        last = min(int(self.cfg.loss_last_steps), k)
-        rand = min(int(self.cfg.loss_random_steps), k - last)
-        tail = torch.arange(k - last, k).expand(n, -1)
-        if rand == 0:
-            return tail.clone()
-        early = torch.stack([torch.randperm(k - last, generator=generator)[:rand] for _ in range(n)])
-        return torch.cat([early.sort(dim=1).values, tail], dim=1)
+        """(n, T) grid indices per sample (:meth:`loss_step_counts`), the random ones distinct, in grid order."""
+        last, rand = self.loss_step_counts(self.cfg)
+        return am_loss_steps(n, self.num_steps, last, rand, generator).sort(dim=1).values
 
     # -- 1. rollout ---------------------------------------------------------------------------------------------
     @torch.no_grad()

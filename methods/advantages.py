@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 import torch
 
-ADVANTAGE_MODES = ("group", "prompt")
+from methods.base import Rollout
+from methods.grpo_config import Advantage
+from rewardflow.distributed import World, all_gather_cat, all_gather_objects
 
 
 @dataclass
@@ -31,8 +33,8 @@ def group_ids_from_keys(keys: list) -> torch.Tensor:
 def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", global_std: bool = False,
                        clip: float = 5.0) -> Advantages:
     """Advantages for ``rewards`` (B,), grouped by ``keys`` (group ids for ``group`` mode, prompts for ``prompt``)."""
-    if mode not in ADVANTAGE_MODES:
-        raise ValueError(f"advantage mode must be one of {ADVANTAGE_MODES}, got {mode!r}")
+    if mode not in tuple(Advantage):
+        raise ValueError(f"advantage mode must be one of {', '.join(Advantage)}, got {mode!r}")
     r = rewards.to(torch.float64)
     gid = group_ids_from_keys(keys).to(r.device)
     n_groups = int(gid.max()) + 1
@@ -48,3 +50,20 @@ def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", g
         adv = centred / (std + 1e-4)
     zero_std = float(((sq / count) <= 1e-24).to(r.dtype).mean())
     return Advantages(values=adv.clamp(-clip, clip).to(rewards.dtype), zero_std_frac=zero_std)
+
+
+def advantage_keys(rollout: Rollout, mode: str) -> list:
+    """What groups the samples for advantages: the prompt group (``group``) or the prompt string (``prompt``)."""
+    return rollout.group_keys if mode == Advantage.group else rollout.prompts
+
+
+def step_advantages(rollout: Rollout, keys: list, mode: str, global_std: bool, clip: float, world: World
+                    ) -> dict[str, float]:
+    """Advantages over the whole step, stored on ``rollout``: rewards and ``keys`` (one per sample) are gathered from
+    every rank (``prompt`` mode groups equal prompts over the gathered batch; ``global_std`` needs all rewards), then
+    each rank keeps its own rows. Returns the step's advantage metrics."""
+    rewards = all_gather_cat(rollout.rewards)
+    all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
+    adv = compute_advantages(rewards, all_keys, mode, global_std, clip)
+    rollout.advantages = adv.values.view(world.world_size, -1)[world.rank].to(rollout.rewards.device)
+    return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}

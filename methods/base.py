@@ -9,7 +9,10 @@ The loop in :mod:`launcher.trainer` runs, for every step::
         for micro_batch in update:
             method.backward(rollout, micro_batch, n)    # forward + backward, grads accumulate
         clip, step, zero_grad
+    method.end_step(step)                               # after the updates (e.g. move a lagging sampling policy)
     log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
+
+Checkpoints hold the trained weights, the optimizer and ``method.state_dict()``.
 
 A method never copies the loop; it only fills these hooks.
 """
@@ -20,10 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.distributed import current_world
+from methods.base_config import MethodConfig
 from models.backbone import Backbone, PromptEmbeds
+from rewardflow.distributed import current_world
+from rewardflow.errors import ConfigErrors
 
 
 @dataclass
@@ -62,25 +66,45 @@ class Rollout:
 
 
 class Method(abc.ABC):
-    """Base class of all methods. Subclasses are built from their typed config by the trainer."""
+    """Base class of all methods. The trainer builds one from its typed config: ``MethodCls(cfg, backbone)``."""
 
     #: the method needs ``d reward / d image`` (adjoint methods); checked against the reward before building
     requires_differentiable_reward: bool = False
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    def __init__(self, cfg: MethodConfig, backbone: Backbone):
         self.cfg = cfg
         self.backbone = backbone
         self.world = current_world()       # this process's rank; collectives degrade to identity in one process
 
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        """Raise :class:`launcher.errors.ConfigError` for values this method cannot run (called before building)."""
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
+        record in ``errors`` what this method cannot run with. ``cfg`` is the whole run config (typed; this method's
+        is ``cfg.method``). Subclasses add their rules after ``super().check(cfg, errors)``."""
+        m = cfg.method
+        for key in ("group_size", "prompts_per_step", "micro_batch"):
+            errors.require(getattr(m, key) >= 1, f"method.{key}", f"must be >= 1 (got {getattr(m, key)})")
+        errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        errors.require(m.rollout_chunk >= 1, "method.rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk}); a "
+                       f"sample with true CFG is 2 rows and is never split")
+        errors.require(m.decode_chunk >= 1, "method.decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
+        n = m.group_size * m.prompts_per_step
+        errors.require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
+                       f"must divide the {n} samples per step (group_size x prompts_per_step); got "
+                       f"{m.updates_per_rollout}")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
+    def needs_reference(cls, cfg: MethodConfig) -> bool:
         """Whether the backbone must keep the frozen pretrained policy (KL, adjoint methods)."""
         return False
+
+    @classmethod
+    def passes_per_sample(cls, cfg: MethodConfig) -> tuple[int, int]:
+        """Transformer ``(forward, backward)`` evaluations per sample in one step of this method with ``cfg``, as the
+        trainer counts them on the model (``count/transformer_fwd``, ``count/transformer_bwd``; true CFG doubles
+        both). A method declares it so that a test checks the counted passes against it, for any config."""
+        raise NotImplementedError(f"{cls.__name__} does not declare its transformer passes per sample")
 
     @property
     def samples_per_step(self) -> int:
@@ -102,9 +126,22 @@ class Method(abc.ABC):
         """Anything computed once per rollout before the updates (e.g. advantages); returns metrics."""
         return {}
 
-    @abc.abstractmethod
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update."""
+        """Sample indices grouped as ``[update][micro_batch] -> LongTensor``; one optimizer step per update. Default:
+        the samples (shuffled with ``method.shuffle_samples``) in ``updates_per_rollout`` equal updates of
+        ``micro_batch``-sized micro-batches."""
+        b = len(rollout)
+        order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
+        per_update = b // int(self.cfg.updates_per_rollout)
+        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch))) for u in range(0, b, per_update)]
+
+    def end_step(self, step: int) -> None:
+        """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Tensors besides the trained weights that a resumed run needs (e.g. a lagging copy of the weights).
+        Checkpoints save them, and resuming loads them back into these very tensors, in place."""
+        return {}
 
     def step_metrics(self) -> dict[str, float]:
         """Extra metrics of the step just run (after its updates), logged as they are (e.g. diagnostics)."""

@@ -5,15 +5,17 @@ from __future__ import annotations
 import torch
 
 from methods.grpo import GRPO
+from methods.grpo_config import GRPOConfig
 
 
 class DanceGRPO(GRPO):
     train_steps_before_sampling = False         # its random subsets are drawn after the noise of the rollout
 
-    def num_trained(self) -> int:
-        return max(1, int(self.cfg.timestep_fraction * (self.sde.num_steps - 1)))
+    @classmethod
+    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+        return max(1, int(cfg.timestep_fraction * (cfg.sampling_steps - 1)))
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, n = stochastic.shape
         perms = torch.stack([torch.randperm(n - 1, generator=generator) for _ in range(b)])
-        return perms[:, : self.num_trained()]
+        return perms[:, : self.trained_per_sample(self.cfg)]

@@ -28,55 +28,59 @@ loss; no VJPs and no stored trajectory.
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
+import torch
+
+from methods.adjoint_matching import am_loss_steps
 from methods.base import Rollout
 from methods.bridge_kernel import BridgeKernel
 from methods.chunking import sample_chunks
 from methods.closed_form_adjoint import corrected_terminal_grad, velocity_target
+from methods.eam_config import EAMConfig, LossWeight, TerminalScore, TimeSampling
 from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import expand_time
 from methods.ode_sampler import am_time_grid, euler_ode
-from methods.schedule import SCHEDULES
-from methods.soc_base import SOCMethod, require
-from methods.terminal_score import TERMINAL_SCORE_ESTIMATORS, terminal_score
+from methods.soc_base import SOCMethod
+from methods.terminal_score import terminal_score
 from models.backbone import Backbone
-
-TERMINAL_SCORES = (*TERMINAL_SCORE_ESTIMATORS, "anchor")
-TIME_SAMPLINGS = ("uniform", "stratified", "am_grid")
-LOSS_WEIGHTS = ("memoryless", "none")
+from rewardflow.errors import ConfigErrors
 
 
 class EAM(SOCMethod):
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: EAMConfig
+
+    def __init__(self, cfg: EAMConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.base = LinearMemorylessBase(float(cfg.c))
         self.endpoint_ts = am_time_grid(cfg.endpoint_schedule, int(cfg.endpoint_nfe), float(cfg.endpoint_shift),
-                                        backbone.scheduler_config())
+                                        backbone)
 
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        require(m.c > 0, "c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 suits "
-                f"unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)")
-        require(m.endpoint_nfe >= 1, "endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the default is 10")
-        require(m.endpoint_schedule in SCHEDULES, "endpoint_schedule",
-                f"must be one of {SCHEDULES} (got {m.endpoint_schedule!r})")
-        require(m.endpoint_shift > 0, "endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
-        require(m.terminal_score in TERMINAL_SCORES, "terminal_score",
-                f"must be one of {TERMINAL_SCORES} (got {m.terminal_score!r}); tweedie_shrink is the unbiased one")
-        require(0 < m.delta < 0.5, "delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
-        require(m.loss_timesteps >= 1, "loss_timesteps", f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 "
-                f"(AM parity)")
-        require(m.time_sampling in TIME_SAMPLINGS, "time_sampling",
-                f"must be one of {TIME_SAMPLINGS} (got {m.time_sampling!r})")
-        require(0 < m.t_min < 0.5, "t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
-        require(m.loss_weight in LOSS_WEIGHTS, "loss_weight", f"must be one of {LOSS_WEIGHTS} (got {m.loss_weight!r})")
-        if m.time_sampling == "am_grid":
-            require(m.loss_timesteps <= m.sampling_steps, "loss_timesteps",
-                    f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})")
+        errors.require(m.c > 0, "method.c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
+                       f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)")
+        errors.require(m.endpoint_nfe >= 1, "method.endpoint_nfe",
+                       f"must be >= 1 (got {m.endpoint_nfe}); the default is 10")
+        errors.require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
+        errors.require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
+        errors.require(m.loss_timesteps >= 1, "method.loss_timesteps",
+                       f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)")
+        errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
+        if m.time_sampling == TimeSampling.am_grid:
+            errors.require(m.loss_timesteps <= m.sampling_steps, "method.loss_timesteps",
+                           f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid "
+                           f"(got {m.loss_timesteps})")
+
+    @classmethod
+    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:
+        """The endpoint's ``endpoint_nfe`` forwards, one frozen forward for the terminal score (``anchor``: one per
+        loss time instead) and a forward + backward per loss time."""
+        kt = int(cfg.loss_timesteps)
+        frozen = kt if cfg.terminal_score == TerminalScore.anchor else 1
+        return int(cfg.endpoint_nfe) + frozen + kt, kt
 
     # -- loss times (docs/methods/eam.md#loss-times) ------------------------------------------------------------
     def loss_times(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -88,18 +92,13 @@ class EAM(SOCMethod):
         """
         kt, lo, hi = int(self.cfg.loss_timesteps), float(self.cfg.t_min), 1.0 - float(self.cfg.t_min)
         mode = self.cfg.time_sampling
-        if mode == "uniform":
+        if mode == TimeSampling.uniform:
             return lo + (hi - lo) * torch.rand((n, kt), generator=generator, dtype=torch.float64)
-        if mode == "stratified":
+        if mode == TimeSampling.stratified:
             u = torch.rand((n, kt), generator=generator, dtype=torch.float64)
             return lo + (hi - lo) * (torch.arange(kt, dtype=torch.float64) + u) / kt
-        k = int(self.cfg.sampling_steps)
-        last = (kt + 1) // 2
-        tail = torch.arange(k - last, k).expand(n, -1)
-        rand = kt - last
-        idx = tail.clone() if rand == 0 else torch.cat(
-            [torch.stack([torch.randperm(k - last, generator=generator)[:rand] for _ in range(n)]), tail], dim=1)
-        return idx.double() / k
+        k, last = int(self.cfg.sampling_steps), (kt + 1) // 2
+        return am_loss_steps(n, k, last, kt - last, generator).double() / k
 
     # -- 1. endpoint ----------------------------------------------------------------------------------------------
     @torch.no_grad()
@@ -127,7 +126,7 @@ class EAM(SOCMethod):
     # -- 3. corrected terminal-cost gradient --------------------------------------------------------------------
     @torch.no_grad()
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        if self.cfg.terminal_score == "anchor":
+        if self.cfg.terminal_score == TerminalScore.anchor:
             return {}
         x1, g_r = rollout.latents, rollout.extras["reward_grad"]
         embeds = rollout.embeds
@@ -145,7 +144,7 @@ class EAM(SOCMethod):
     def targets(self, rollout: Rollout, samples: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
                 t_count: int) -> torch.Tensor:
         """Velocity targets of the rows ``x_t`` (samples repeated ``t_count`` times)."""
-        if self.cfg.terminal_score == "anchor":
+        if self.cfg.terminal_score == TerminalScore.anchor:
             g_r = rollout.extras["reward_grad"][samples].repeat_interleave(t_count, dim=0)
             embeds = rollout.embeds.select(samples.repeat_interleave(t_count))
             with torch.no_grad():
@@ -164,6 +163,6 @@ class EAM(SOCMethod):
         target = self.targets(rollout, samples, x_t, t, t_count)
         v = self.velocity(x_t, t, rollout.embeds.select(samples.repeat_interleave(t_count)))
         sq = self.squared_norm(v - target.to(v.dtype))
-        if self.cfg.loss_weight == "memoryless":
+        if self.cfg.loss_weight == LossWeight.memoryless:
             sq = sq * self.schedule.loss_weight(t).to(sq.device, sq.dtype)
         return self.finish_loss(sq.view(m, t_count).mean(1), update_size)

@@ -15,24 +15,27 @@ What differs from the shared GRPO machinery, and nothing else:
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
-from launcher.distributed import all_gather_cat, all_gather_objects, current_world
-from methods.advantages import compute_advantages
+import torch
+
 from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
-from methods.grpo import GRPO, _require
-from methods.losses import kl_to_reference
-from methods.rectification import WEIGHT_NORMS, rectification_factor, rectification_weights
-from methods.sde_index import SDE_INDEX_SAMPLINGS, default_sde_index_pool, group_sde_indices
+from methods.flash_grpo_config import FlashGRPOConfig
+from methods.grpo import GRPO
+from methods.grpo_config import NoiseKernel
+from methods.rectification import rectification_factor, rectification_weights
+from methods.sde_index import default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
+from rewardflow.errors import ConfigErrors
 
 
 class FlashGRPO(GRPO):
     """Flash-GRPO on the shared GRPO rollout, loss and backward (hooks only)."""
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: FlashGRPOConfig
+
+    def __init__(self, cfg: FlashGRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         pool = cfg.sde_index_pool
         self.pool = [int(k) for k in pool] if pool is not None else default_sde_index_pool(self.sde.num_steps)
@@ -41,26 +44,32 @@ class FlashGRPO(GRPO):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
         last = m.sampling_steps - 2
         if m.sde_index_pool is not None:
             pool = list(m.sde_index_pool)
-            _require(len(pool) > 0 and len(set(pool)) == len(pool), "sde_index_pool",
-                     f"must be a non-empty list of distinct step indices (got {pool}). Fix: method.sde_index_pool="
-                     f"null (the first half of the steps) or e.g. [0,1,2]")
-            _require(all(0 <= k <= last for k in pool), "sde_index_pool",
-                     f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is never the "
-                     f"SDE step (Delta and lambda are largest there). Fix: method.sde_index_pool=null or "
-                     f"drop the out-of-range indices")
-        _require(m.sde_index_sampling in SDE_INDEX_SAMPLINGS, "sde_index_sampling",
-                 f"must be one of {SDE_INDEX_SAMPLINGS} (got {m.sde_index_sampling!r})")
-        _require(m.weight_norm in WEIGHT_NORMS, "weight_norm", f"must be one of {WEIGHT_NORMS} (got {m.weight_norm!r})")
-        _require(bool(m.init_same_noise) == bool(m.share_init_noise), "init_same_noise",
-                 f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
-                 f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
-        _require(m.pre_update_clip_warn >= 0, "pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})")
+            errors.require(len(pool) > 0 and len(set(pool)) == len(pool), "method.sde_index_pool",
+                           f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
+                           f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]")
+            errors.require(all(0 <= k <= last for k in pool), "method.sde_index_pool",
+                           f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
+                           f"never the SDE step (Delta and lambda are largest there). Fix: "
+                           f"method.sde_index_pool=null or drop the out-of-range indices")
+        errors.require(bool(m.init_same_noise) == bool(m.share_init_noise), "method.init_same_noise",
+                       f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
+                       f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
+        errors.require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn",
+                       f"must be >= 0 (got {m.pre_update_clip_warn})")
+        errors.require(not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps), "method.kl_rectify",
+                       "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
+                       "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
+                       "another method.noise_kernel")
+
+    @classmethod
+    def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
+        return 1                                                       # k*
 
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
     def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
@@ -83,14 +92,9 @@ class FlashGRPO(GRPO):
         self.diagnostics.on_rollout(k, rollout.extras["inv_lambda"])
         return rollout
 
-    # -- advantages, keyed by group id and normalised across ranks ----------------------------------------------
-    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        b, rank = len(rollout), current_world().rank
-        rewards = all_gather_cat(rollout.rewards)
-        keys = [k for ks in all_gather_objects(list(rollout.group_keys)) for k in ks]
-        adv = compute_advantages(rewards, keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        rollout.advantages = adv.values[rank * b:(rank + 1) * b].to(self.backbone.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+    # -- advantages, keyed by group id (a prompt may repeat across groups) -----------------------------------------
+    def advantage_keys(self, rollout: Rollout) -> list:
+        return rollout.group_keys
 
     # -- the 1/lambda weights of every update, fixed before its micro-batches -----------------------------------
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
@@ -109,26 +113,22 @@ class FlashGRPO(GRPO):
         rollout.extras.update(weight=weight, kl_weight=kl_weight, update_index=update_of)
         return plan
 
-    # -- loss: the shared PPO-clip loss, weighted per sample ----------------------------------------------------
+    # -- loss: the shared PPO-clip loss and KL, weighted per sample ------------------------------------------------
+    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        loss, stats = super().policy_loss(rollout, samples, log_prob, old_log_prob)
+        # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
+        return rollout.extras["weight"][samples].to(loss.dtype) * loss, stats
+
+    def kl_penalty(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+        """Flow-GRPO's KL, weighted by (1/lambda^2)/mean with ``kl_rectify`` (its gradient scales as lambda^2)."""
+        return self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(kl.dtype) * kl
+
     def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
                   velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
-        loss, stats = super().step_loss(rollout, samples, index, velocity)
-        # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
-        loss = rollout.extras["weight"][samples].to(loss.dtype) * loss
-        if ref_velocity is not None:
-            kl = self._kl(rollout, samples, index, velocity, ref_velocity)
-            loss = loss + self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(loss.dtype) * kl
-            stats["kl"] = kl.detach()
+        loss, stats = super().step_loss(rollout, samples, index, velocity, ref_velocity)
         self.diagnostics.on_loss(rollout.extras["update_index"][samples] == 0, index, stats)
         return loss, stats
-
-    def _kl(self, rollout, samples, index, velocity, ref_velocity) -> torch.Tensor:
-        """Flow-GRPO's KL to the reference step (as in :meth:`GRPO.step_loss`); its gradient scales as lambda^2."""
-        x = rollout.latents[samples, index]
-        mean, _ = self.sde.mean_std(x, velocity, index)
-        ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
 
     def step_metrics(self) -> dict[str, float]:
         return self.diagnostics.flush()

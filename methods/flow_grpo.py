@@ -5,11 +5,14 @@ from __future__ import annotations
 import torch
 
 from methods.grpo import GRPO
+from methods.grpo_config import GRPOConfig
 
 
 class FlowGRPO(GRPO):
-    def num_trained(self) -> int:
-        return max(1, min(self.sde.num_steps - 1, int(self.cfg.timestep_fraction * self.sde.num_steps)))
+    @classmethod
+    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+        n = cfg.sampling_steps
+        return max(1, min(n - 1, int(cfg.timestep_fraction * n)))
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return torch.arange(self.num_trained()).expand(stochastic.shape[0], -1).clone()
+        return torch.arange(self.trained_per_sample(self.cfg)).expand(stochastic.shape[0], -1).clone()

@@ -4,29 +4,36 @@ whose start is drawn uniformly from ``[lo, hi - size]`` once per rollout batch; 
 Outside the window the step is exactly the ODE Euler step (g = 0)."""
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
-from launcher.errors import ConfigError
+import torch
+
 from methods.flow_grpo import FlowGRPO
+from methods.flow_grpo_fast_config import FlowGRPOFastConfig
+from rewardflow.errors import ConfigErrors
 
 
 class FlowGRPOFast(FlowGRPO):
+    cfg: FlowGRPOFastConfig
+
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
-        super().check_config(cfg)
+    def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:
+        return int(cfg.window_size) or int(cfg.sampling_steps) - 1     # the window; size 0: (0, N-1)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
         n, size = m.sampling_steps, m.window_size
-        if len(m.window_range) != 2:
-            raise ConfigError(f"method.window_range must be [lo, hi] (got {list(m.window_range)})")
+        if not errors.require(len(m.window_range) == 2, "method.window_range",
+                              f"must be [lo, hi] (got {list(m.window_range)})"):
+            return
         lo, hi = m.window_range
-        if size < 0:
-            raise ConfigError(f"method.window_size must be >= 0 (got {size}); 0 means the window (0, N-1)")
-        if size > 0 and not (0 <= lo <= hi - size and hi <= n - 1):
-            raise ConfigError(
-                f"method.window_range={[lo, hi]} with window_size={size} does not fit the schedule of "
-                f"sampling_steps={n}: need 0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} "
-                f"(the last step is never trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]")
+        errors.require(size >= 0, "method.window_size", f"must be >= 0 (got {size}); 0 means the window (0, N-1)")
+        errors.require(size <= 0 or (0 <= lo <= hi - size and hi <= n - 1), "method.window_range",
+                       f"{[lo, hi]} with window_size={size} does not fit the schedule of sampling_steps={n}: need "
+                       f"0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} (the last step is never "
+                       f"trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]")
 
     def window(self, generator: torch.Generator) -> tuple[int, int]:
         size = int(self.cfg.window_size)

@@ -5,63 +5,69 @@ differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_tr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.distributed import all_gather_cat, all_gather_objects
-from launcher.errors import ConfigError
-from methods.advantages import ADVANTAGE_MODES, compute_advantages
+from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
 from methods.chunking import chunked_velocity, score_in_chunks
+from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
-from methods.schedule import SCHEDULES, make_sigmas, quantize_model_time
-from methods.sde import NOISE_KERNELS, FlowSDEScheduler
+from methods.schedule import make_sigmas, quantize_model_time
+from methods.sde import FlowSDEScheduler
 from methods.trajectory import Trajectory, transition_states
 from models.backbone import Backbone
-
-
-def _require(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"method.{key}: {msg}")
+from rewardflow.errors import ConfigErrors
 
 
 class GRPO(Method):
     """GRPO over an SDE sampler. Subclasses choose which steps are stochastic and which are trained."""
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: GRPOConfig
+
+    def __init__(self, cfg: GRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
-        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone.scheduler_config())
+        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)   # the family's grid
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        _require(m.group_size >= 2, "group_size", f"must be >= 2 for group-relative advantages (got {m.group_size})")
-        _require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        _require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        _require(m.clip_range > 0, "clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
-        _require(m.adv_clip_max > 0, "adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
-        _require(m.eta > 0, "eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
-        _require(m.shift > 0, "shift", f"must be > 0 (got {m.shift})")
-        _require(m.kl_beta >= 0, "kl_beta", f"must be >= 0 (got {m.kl_beta})")
-        _require(0 < m.timestep_fraction <= 1, "timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})")
-        _require(m.schedule in SCHEDULES, "schedule", f"must be one of {SCHEDULES} (got {m.schedule!r})")
-        _require(m.noise_kernel in NOISE_KERNELS, "noise_kernel", f"must be one of {NOISE_KERNELS} (got {m.noise_kernel!r})")
-        _require(m.advantage in ADVANTAGE_MODES, "advantage", f"must be one of {ADVANTAGE_MODES} (got {m.advantage!r})")
-        _require(m.decode in ("final", "pred_x0"), "decode", f"must be final or pred_x0 (got {m.decode!r})")
-        _require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
-        _require(m.rollout_chunk >= 1, "rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk}); a sample with "
-                 f"true CFG is 2 rows and is never split")
-        _require(m.decode_chunk >= 1, "decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
-        n = m.group_size * m.prompts_per_step
-        _require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
-                 f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+        if m.group_size >= 1:
+            errors.require(m.group_size >= 2, "method.group_size",
+                           f"must be >= 2 for group-relative advantages (got {m.group_size})")
+        errors.require(m.clip_range > 0, "method.clip_range",
+                       f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
+        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
+                       f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
+        errors.require(m.eta > 0, "method.eta",
+                       f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
+        errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
+                       f"must be in (0, 1] (got {m.timestep_fraction})")
+        errors.require(m.noise_kernel != NoiseKernel.cps or m.eta <= 1, "method.eta",
+                       f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
+                       f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
-        return method_cfg.kl_beta > 0
+    def needs_reference(cls, cfg: GRPOConfig) -> bool:
+        return cfg.kl_beta > 0
+
+    @classmethod
+    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+        """How many transitions each sample trains (the variant's rule)."""
+        raise NotImplementedError
+
+    @classmethod
+    def passes_per_sample(cls, cfg: GRPOConfig) -> tuple[int, int]:
+        """The N-step rollout, then per trained transition a forward (and a reference forward with KL) and a
+        backward."""
+        trained = cls.trained_per_sample(cfg)
+        return cfg.sampling_steps + trained * (2 if cfg.kl_beta > 0 else 1), trained
 
     #: ``select_train_steps`` draws nothing from the generator, so it can run before sampling and the rollout keeps
     #: only the states its transitions read (DanceGRPO draws its random steps after sampling: every state is kept)
@@ -114,7 +120,7 @@ class GRPO(Method):
             v = chunked_velocity(bb, x, self.model_time(sde.sigma(index)).float(), embeds, self.cfg.rollout_chunk)
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
             out = sde.step(x, v, index, stochastic[:, i].to(x.device), noise=noise)
-            if i == n - 1 and self.cfg.decode == "pred_x0":
+            if i == n - 1 and self.cfg.decode == Decode.pred_x0:
                 final = sde.pred_x0(x, v, index)
             x = out.prev_sample
             traj.record(i + 1, x)
@@ -132,23 +138,15 @@ class GRPO(Method):
         return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
-    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
-        """Advantages over the whole step: rewards and keys are gathered from every rank (Flow-GRPO groups by
-        prompt over the gathered batch; ``global_std`` needs all rewards), then each rank keeps its own rows."""
-        keys = rollout.group_keys if self.cfg.advantage == "group" else rollout.prompts
-        rewards = all_gather_cat(rollout.rewards)
-        all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
-        adv = compute_advantages(rewards, all_keys, self.cfg.advantage, self.cfg.global_std, self.cfg.adv_clip_max)
-        mine = adv.values.view(self.world.world_size, -1)[self.world.rank]
-        rollout.advantages = mine.to(self.backbone.device)
-        return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}
+    def advantage_keys(self, rollout: Rollout) -> list:
+        """What groups the samples for advantages (``method.advantage``: by group, or by prompt string over the
+        gathered batch as Flow-GRPO)."""
+        return advantage_keys(rollout, self.cfg.advantage)
 
-    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        b = len(rollout)
-        order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
-        per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(order[u:u + per_update].split(int(self.cfg.micro_batch)))
-                for u in range(0, b, per_update)]
+    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        """Advantages over the whole step, from every rank's rewards (:func:`methods.advantages.step_advantages`)."""
+        return step_advantages(rollout, self.advantage_keys(rollout), self.cfg.advantage, self.cfg.global_std,
+                               self.cfg.adv_clip_max, self.world)
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
@@ -160,16 +158,32 @@ class GRPO(Method):
         """
         x = rollout.latents[samples, index]
         x_next = rollout.latents[samples, index + 1]
-        old = rollout.log_probs[samples, index]
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
-        loss, stats = ppo_clip_loss(log_prob, old, rollout.advantages[samples], self.cfg.clip_range)
+        loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
         if ref_velocity is not None:
-            ref_mean, _ = self.sde.mean_std(x, ref_velocity, index)
-            delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
-            kl = kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), self.cfg.kl_exact, delta)
-            loss = loss + self.cfg.kl_beta * kl
+            kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
+            loss = loss + self.kl_penalty(rollout, samples, kl)
             stats["kl"] = kl.detach()
         return loss, stats
+
+    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
+                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-sample policy loss (m,) of ``samples`` from their new and rollout log-probs, and its detached
+        statistics (``ratio``, ``clipped``, ``approx_kl``; see :func:`accumulate_stats`). Default: the PPO-clipped
+        surrogate with ``clip_range``."""
+        return ppo_clip_loss(log_prob, old_log_prob, rollout.advantages[samples], self.cfg.clip_range)
+
+    def kl_term(self, mean: torch.Tensor, ref_mean: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Per-sample KL of the policy's step to the reference's. Upstream's CPS code divides by the step's own
+        variance, i.e. the exact Gaussian KL, so ``noise_kernel=cps`` always takes the exact form (docs/cps.md)."""
+        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+        exact = bool(self.cfg.kl_exact) or self.sde.noise_kernel == NoiseKernel.cps
+        return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), exact, delta)
+
+    def kl_penalty(self, rollout: Rollout, samples: torch.Tensor, kl: torch.Tensor) -> torch.Tensor:
+        """What the per-sample KL to the reference policy adds to the loss (computed only when ``kl_beta > 0``).
+        Default: ``kl_beta x kl``."""
+        return self.cfg.kl_beta * kl
 
     def velocity_at(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
                     reference: bool = False) -> torch.Tensor:

@@ -13,22 +13,24 @@ override is the baseline's own code.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.distributed import all_gather_objects
-from launcher.errors import ConfigError
 from methods.base import Rollout
 from methods.dance_grpo import DanceGRPO
 from methods.flow_grpo import FlowGRPO
 from methods.flow_grpo_fast import FlowGRPOFast
-from methods.grpo import GRPO, _require, accumulate_stats
+from methods.grpo import GRPO, accumulate_stats
+from methods.jagg_config import Alpha, JAGGConfig, Remainder
 from methods.jagg_diagnostics import GradientProbe, compare
-from methods.jagg_groups import REMAINDER_POLICIES, GroupLayout
-from methods.jagg_weights import ABLATIONS, ALPHA_MODES, aggregate, endpoint_weights, index_weights, time_weights
+from methods.jagg_groups import GroupLayout
+from methods.jagg_weights import aggregate, endpoint_weights, index_weights, time_weights
 from models.backbone import Backbone
+from rewardflow.distributed import all_gather_objects
+from rewardflow.errors import ConfigErrors
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,9 @@ class JAGG(GRPO):
             cls = VARIANTS[cfg.base]
         return super().__new__(cls)
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    cfg: JAGGConfig
+
+    def __init__(self, cfg: JAGGConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.layout = GroupLayout(self.num_trainable(cfg), int(cfg.window), float(cfg.jagg_frac), cfg.remainder)
         self._rollouts = 0
@@ -64,43 +68,59 @@ class JAGG(GRPO):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
-        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given)."""
-        raise NotImplementedError
+    def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
+        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given).
+        Default: the baseline's own trained-step rule."""
+        n = sampling_steps or m.sampling_steps
+        return super(JAGG, cls).trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
+    def trained_per_sample(cls, cfg: JAGGConfig) -> int:
+        return cls.num_trainable(cfg)
+
+    @classmethod
+    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:
+        """The baseline's forwards; backward rows: 2 per JAGG group, W per exact one (a step of ``diagnose_every``
+        runs both routes). With ``group_fraction < 1`` the groups, and so the count, are drawn per step."""
+        variant = VARIANTS[cfg.base]
+        if cfg.group_fraction < 1:
+            raise ValueError("method.group_fraction < 1 draws the trained groups per step: no fixed pass count")
+        fwd, _ = super(JAGG, variant).passes_per_sample(cfg)
+        layout = GroupLayout(variant.num_trainable(cfg), int(cfg.window), float(cfg.jagg_frac), cfg.remainder)
+        return fwd, layout.backward_rows_per_sample()
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         m = cfg.method
-        _require(m.base in VARIANTS, "base", f"must be one of {', '.join(VARIANTS)} (got {m.base!r})")
         variant = VARIANTS[m.base]
-        super(JAGG, variant).check_config(cfg)          # the baseline's own checks
-        _require(m.window >= 2, "window", f"must be >= 2 (got {m.window}): a group needs two endpoints; JAGG saves "
-                 f"W - 2 backward passes per group (the paper uses 4)")
-        _require(0 <= m.jagg_frac <= 1, "jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the fraction of groups, "
-                 f"from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)")
-        _require(0 < m.group_fraction <= 1, "group_fraction", f"must be in (0, 1] (got {m.group_fraction})")
-        _require(m.alpha in ALPHA_MODES, "alpha", f"must be one of {ALPHA_MODES} (got {m.alpha!r})")
-        _require(m.ablation in ABLATIONS, "ablation", f"must be one of {ABLATIONS} (got {m.ablation!r})")
-        _require(m.remainder in REMAINDER_POLICIES, "remainder",
-                 f"must be one of {REMAINDER_POLICIES} (got {m.remainder!r})")
-        _require(m.diagnose_every >= 0, "diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
+        super(JAGG, variant).check(cfg, errors)            # the baseline's own checks
+        window_ok = errors.require(m.window >= 2, "method.window", f"must be >= 2 (got {m.window}): a group needs two "
+                                   f"endpoints; JAGG saves W - 2 backward passes per group (the paper uses 4)")
+        errors.require(0 <= m.jagg_frac <= 1, "method.jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the "
+                       f"fraction of groups, from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)")
+        errors.require(0 < m.group_fraction <= 1, "method.group_fraction",
+                       f"must be in (0, 1] (got {m.group_fraction})")
+        errors.require(m.diagnose_every >= 0, "method.diagnose_every",
+                       f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
+        if not window_ok:
+            return
         steps, w = variant.num_trainable(m), int(m.window)
         rule = variant.trained_rule(m)
-        if steps < w:
-            raise ConfigError(f"method.window={w}: {rule}, fewer than one group of {w}. Fix: "
-                              f"{variant.fix_hint(m, w)} or a smaller method.window (2 is exact but "
-                              f"saves nothing)")
-        if steps % w and m.remainder == "error":
-            raise ConfigError(f"method.window={w}: {rule}, not a multiple of {w} (method.remainder=error). Fix: "
-                              f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last "
-                              f"{steps % w} steps then form an exact group)")
+        if not errors.require(steps >= w, "method.window", f"W = {w}, but {rule}, fewer than one group of {w}. "
+                              f"Fix: {variant.fix_hint(m, w)} or a smaller method.window (2 is exact but saves "
+                              f"nothing)"):
+            return
+        errors.require(not steps % w or m.remainder != Remainder.error, "method.window",
+                       f"W = {w}, but {rule}, not a multiple of {w} (method.remainder=error). Fix: "
+                       f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last {steps % w} steps then form "
+                       f"an exact group)")
 
     @classmethod
-    def trained_rule(cls, m: DictConfig) -> str:
+    def trained_rule(cls, m: JAGGConfig) -> str:
         return f"method.base={m.base} trains {cls.num_trainable(m)} steps"
 
     @classmethod
-    def fix_hint(cls, m: DictConfig, w: int) -> str:
+    def fix_hint(cls, m: JAGGConfig, w: int) -> str:
         """Which ``sampling_steps`` near the current one give a trainable count that fits ``w``."""
         n = int(m.sampling_steps)
         fits = [k for k in range(max(2, n - 3 * w), n + 3 * w + 1)
@@ -200,10 +220,10 @@ class JAGG(GRPO):
         time the model is fed (``alpha=model_time``: DanceGRPO's floor(1000 sigma)/1000), or the
         prototype's index weights (``alpha=index``)."""
         w, m = steps.shape[1], steps.shape[0]
-        if self.cfg.alpha == "index":
+        if self.cfg.alpha == Alpha.index:
             return index_weights(w, m, device=steps.device)
         times = self.sde.sigma(steps.T)
-        return time_weights(self.model_time(times) if self.cfg.alpha == "model_time" else times)
+        return time_weights(self.model_time(times) if self.cfg.alpha == Alpha.model_time else times)
 
     # -- diagnostics --------------------------------------------------------------------------------------------
     def _diagnose_group(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
@@ -239,11 +259,11 @@ class JAGGDanceGRPO(JAGG, DanceGRPO):
     train_steps_before_sampling = True          # all N - 1 trainable steps, known before sampling
 
     @classmethod
-    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
+    def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
         return int(sampling_steps or m.sampling_steps) - 1
 
     @classmethod
-    def trained_rule(cls, m: DictConfig) -> str:
+    def trained_rule(cls, m: JAGGConfig) -> str:
         return f"method.base=dance_grpo trains sampling_steps - 1 = {cls.num_trainable(m)} steps"
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -255,12 +275,7 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
     """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
 
     @classmethod
-    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
-        n = int(sampling_steps or m.sampling_steps)
-        return max(1, min(n - 1, int(m.timestep_fraction * n)))     # FlowGRPO.num_trained, from the config
-
-    @classmethod
-    def trained_rule(cls, m: DictConfig) -> str:
+    def trained_rule(cls, m: JAGGConfig) -> str:
         return (f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
                 f" = {cls.num_trainable(m)} steps")
 
@@ -269,15 +284,11 @@ class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
     """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
 
     @classmethod
-    def num_trainable(cls, m: DictConfig, sampling_steps: int | None = None) -> int:
-        return int(m.window_size) or int(sampling_steps or m.sampling_steps) - 1
-
-    @classmethod
-    def trained_rule(cls, m: DictConfig) -> str:
+    def trained_rule(cls, m: JAGGConfig) -> str:
         return f"method.base=flow_grpo_fast trains its SDE window of method.window_size = {cls.num_trainable(m)} steps"
 
     @classmethod
-    def fix_hint(cls, m: DictConfig, w: int) -> str:
+    def fix_hint(cls, m: JAGGConfig, w: int) -> str:
         if int(m.window_size) == 0:
             return super().fix_hint(m, w)
         return f"method.window_size={w * max(1, -(-int(m.window_size) // w))} (window_range must fit it)"

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-REMAINDER_POLICIES = ("exact", "error")
+from methods.jagg_config import Remainder
 
 
 def floor_frac(frac: float, n: int) -> int:
@@ -69,8 +69,8 @@ class GroupLayout:
     def __post_init__(self):
         if self.window < 2 or self.num_steps < self.window:
             raise ValueError(f"need 2 <= window <= num_steps (got window={self.window}, num_steps={self.num_steps})")
-        if self.remainder not in REMAINDER_POLICIES:
-            raise ValueError(f"remainder must be one of {REMAINDER_POLICIES}, got {self.remainder!r}")
+        if self.remainder not in tuple(Remainder):
+            raise ValueError(f"remainder must be one of {', '.join(Remainder)}, got {self.remainder!r}")
         if self.remainder == "error" and self.tail:
             raise ValueError(f"{self.num_steps} steps do not split into groups of {self.window}")
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import torch
 
-ALPHA_MODES = ("sigma", "model_time", "index")
-ABLATIONS = ("none", "endpoints_only", "nearest_endpoint")
+from methods.jagg_config import Ablation
 
 
 def time_weights(times: torch.Tensor) -> torch.Tensor:
@@ -52,7 +51,7 @@ def endpoint_weights(alpha: torch.Tensor, ablation: str = "none") -> tuple[torch
         first, last = torch.zeros_like(alpha), torch.zeros_like(alpha)
         first[0], last[-1] = 1, 1
         return first, last
-    raise ValueError(f"ablation must be one of {ABLATIONS}, got {ablation!r}")
+    raise ValueError(f"ablation must be one of {', '.join(Ablation)}, got {ablation!r}")
 
 
 def aggregate(upstream: torch.Tensor, w_base: torch.Tensor, w_corr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -10,12 +10,13 @@ from typing import Callable
 import torch
 
 from methods.schedule import make_sigmas
+from models.backbone import Backbone
 
 
-def am_time_grid(schedule: str, num_steps: int, shift: float, scheduler_config: dict | None = None) -> torch.Tensor:
+def am_time_grid(schedule: str, num_steps: int, shift: float, backbone: Backbone) -> torch.Tensor:
     """Increasing AM times ``1 - sigma`` (float64, N + 1 points ending at 1) of a sigma schedule of
     :mod:`methods.schedule` (``linear_shift`` or the family's diffusers ``scheduler``)."""
-    return 1.0 - make_sigmas(schedule, num_steps, shift, scheduler_config)
+    return 1.0 - make_sigmas(schedule, num_steps, shift, backbone)
 
 
 def euler_ode(velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor,

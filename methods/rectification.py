@@ -6,28 +6,32 @@ how informative the sample is. Flash-GRPO multiplies each sample's clipped objec
 so every prompt contributes on equal terms whatever its SDE step, with the average weight 1 (learning rate unchanged).
 
 ``lambda`` is always computed from the sampler's own sigmas and noise kernel (never a hard-coded table):
-``lambda = |d mu / d v| / s = Delta (1 + sigma_t^2 (1 - t) / (2 t)) / (sigma_t sqrt(Delta))``.
+``lambda = |d mu / d v| / s = Delta (1 + sigma_t^2 (1 - t) / (2 t)) / (sigma_t sqrt(Delta))``. Under Flow-GRPO's CPS
+kernel the log-prob is the unnormalised ``-mean ||x_{k+1} - mu||^2`` (docs/cps.md), whose gradient is
+``-lambda xi / D`` with ``lambda = 2 s |d mu / d v|``: the same identity, so the weights still equalise the samples'
+implicit step weights (an extension of the paper, which only uses the linear Wan kernel).
 """
 from __future__ import annotations
 
 import torch
 
-from launcher.distributed import all_reduce_sum
+from methods.flash_grpo_config import WeightNorm
 from methods.sde import FlowSDEScheduler
-
-WEIGHT_NORMS = ("update", "pool", "none")
+from rewardflow.distributed import all_reduce_sum
 
 
 def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Tensor:
-    """``lambda(t_k)`` (float64) for step indices ``index`` (B,), from the sampler's sigmas and its ``g``.
+    """``lambda(t_k)`` (float64) for step indices ``index`` (B,): ``d log_prob / d v = -lambda xi / D``, from the
+    sampler's sigmas, its ``g`` and its log-prob convention.
 
-    Equals ``sqrt(Delta) / sigma_t + sigma_t sqrt(Delta) (1 - t) / (2 t)``; ``velocity_coef`` is the signed
-    ``d mu / d v`` (negative, since ``Delta`` is taken as ``sigma_{k+1} - sigma_k`` there).
+    Gaussian kernels: ``sqrt(Delta) / sigma_t + sigma_t sqrt(Delta) (1 - t) / (2 t)``; ``velocity_coef`` is the signed
+    ``d mu / d v`` (negative, since ``Delta`` is taken as ``sigma_{k+1} - sigma_k`` there) and ``log_prob_precision``
+    is ``1 / s^2``, so this is ``|d mu / d v| / s``. CPS: ``2 s |d mu / d v|``.
     """
     sigma = sde.sigma(index)
     delta = sigma - sde.sigmas.to(index.device)[index + 1]
     std = sde.diffusion_coef(index) * torch.sqrt(delta)
-    return -sde.velocity_coef(index) / std
+    return -sde.velocity_coef(index) * sde.log_prob_precision(index) * std
 
 
 def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: torch.Tensor | None = None
@@ -55,5 +59,5 @@ def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: 
     elif norm == "none":
         denom = 1.0
     else:
-        raise ValueError(f"weight norm must be one of {WEIGHT_NORMS}, got {norm!r}")
+        raise ValueError(f"weight norm must be one of {', '.join(WeightNorm)}, got {norm!r}")
     return inv_lambda / denom, denom

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from launcher.distributed import all_gather_objects
-
-SDE_INDEX_SAMPLINGS = ("iid", "stratified")
+from methods.flash_grpo_config import SdeIndexSampling
+from rewardflow.distributed import all_gather_objects
 
 
 def default_sde_index_pool(num_steps: int) -> list[int]:
@@ -33,7 +32,7 @@ def draw_sde_indices(n: int, pool: list[int], sampling: str, generator: torch.Ge
         rounds = -(-n // len(pool_t))
         order = torch.cat([torch.randperm(len(pool_t), generator=generator) for _ in range(rounds)])
         return pool_t[order[:n]]
-    raise ValueError(f"sde_index_sampling must be one of {SDE_INDEX_SAMPLINGS}, got {sampling!r}")
+    raise ValueError(f"sde_index_sampling must be one of {', '.join(SdeIndexSampling)}, got {sampling!r}")
 
 
 def group_sde_indices(group_keys: list, pool: list[int], sampling: str, iso_temporal: bool,

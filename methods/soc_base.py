@@ -15,31 +15,26 @@ LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the m
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
 from methods.base import Method, Rollout
 from methods.chunking import chunked_velocity, display_copy
 from methods.memoryless import MemorylessSchedule
+from methods.soc_base_config import LossReduction, SOCConfig
 from methods.time_convention import time_convention
 from models.backbone import Backbone, PromptEmbeds
-
-LOSS_REDUCTIONS = ("sum", "mean")
-
-
-def require(ok: bool, key: str, msg: str) -> None:
-    if not ok:
-        raise ConfigError(f"method.{key}: {msg}")
+from rewardflow.errors import ConfigErrors
 
 
 class SOCMethod(Method):
     """Base class of the adjoint methods (needs a differentiable reward and the frozen pretrained model)."""
 
     requires_differentiable_reward = True
+    cfg: SOCConfig
 
-    def __init__(self, cfg: DictConfig, backbone: Backbone):
+    def __init__(self, cfg: SOCConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.schedule = MemorylessSchedule(float(cfg.sigma_offset))
         self.convention = time_convention(backbone)
@@ -48,26 +43,18 @@ class SOCMethod(Method):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig) -> None:
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
         m = cfg.method
-        require(m.reward_scale > 0, "reward_scale", f"must be > 0 (got {m.reward_scale}); it is the multiplier lambda "
-                f"of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for PickScore)")
-        require(m.group_size >= 1, "group_size", f"must be >= 1 (got {m.group_size})")
-        require(m.prompts_per_step >= 1, "prompts_per_step", f"must be >= 1 (got {m.prompts_per_step})")
-        require(m.micro_batch >= 1, "micro_batch", f"must be >= 1 (got {m.micro_batch})")
-        require(m.rollout_chunk >= 1, "rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk})")
-        require(m.decode_chunk >= 1, "decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
-        require(m.sampling_steps >= 2, "sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        require(m.sigma_offset >= 0, "sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
-        require(m.loss_clip >= 0, "loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
-        require(m.loss_reduction in LOSS_REDUCTIONS, "loss_reduction",
-                f"must be one of {LOSS_REDUCTIONS} (got {m.loss_reduction!r})")
-        n = m.group_size * m.prompts_per_step
-        require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "updates_per_rollout",
-                f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}")
+        errors.require(m.reward_scale > 0, "method.reward_scale", f"must be > 0 (got {m.reward_scale}); it is the "
+                       f"multiplier lambda of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for "
+                       f"PickScore)")
+        errors.require(m.sigma_offset >= 0, "method.sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
+        errors.require(m.loss_clip >= 0, "method.loss_clip",
+                       f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
 
     @classmethod
-    def needs_reference(cls, method_cfg: DictConfig) -> bool:
+    def needs_reference(cls, cfg: SOCConfig) -> bool:
         return True
 
     # -- velocities in AM time ----------------------------------------------------------------------------------
@@ -127,17 +114,11 @@ class SOCMethod(Method):
                               "soc/scaled_reward_grad_norm": float(self.reward_scale * norm.mean())}
 
     # -- updates ------------------------------------------------------------------------------------------------
-    def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        b = len(rollout)
-        per_update = b // int(self.cfg.updates_per_rollout)
-        return [list(torch.arange(u, u + per_update).split(int(self.cfg.micro_batch)))
-                for u in range(0, b, per_update)]
-
     def squared_norm(self, residual: torch.Tensor) -> torch.Tensor:
         """Per-row squared norm of a residual, summed (or averaged) over latent elements, in >= fp32."""
         r = residual.flatten(1).to(torch.promote_types(residual.dtype, torch.float32))
         sq = (r ** 2).sum(1)
-        return sq / r.shape[1] if self.cfg.loss_reduction == "mean" else sq
+        return sq / r.shape[1] if self.cfg.loss_reduction == LossReduction.mean else sq
 
     def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, float]:
         """Clip per-sample losses, backpropagate their mean over the update, return the trainer's statistic sums."""

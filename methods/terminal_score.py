@@ -20,10 +20,12 @@ from typing import Callable
 
 import torch
 
+from methods.eam_config import TerminalScore
+
 #: ``velocity_pre(x, t) -> v_AM`` of the frozen pretrained model, for per-sample AM times ``t`` (B,)
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
-TERMINAL_SCORE_ESTIMATORS = ("tweedie_shrink", "tweedie_naive")
+TERMINAL_SCORE_ESTIMATORS = (TerminalScore.tweedie_shrink, TerminalScore.tweedie_naive)
 
 
 def smoothing_std(delta: float) -> float:
@@ -52,4 +54,5 @@ def terminal_score(kind: str, velocity_pre: VelocityFn, x1: torch.Tensor, delta:
         return tweedie_shrink_score(velocity_pre, x1, delta)
     if kind == "tweedie_naive":
         return tweedie_naive_score(velocity_pre, x1, delta)
-    raise ValueError(f"unknown terminal score estimator {kind!r}; expected one of {TERMINAL_SCORE_ESTIMATORS}")
+    raise ValueError(f"unknown terminal score estimator {kind!r}; expected one of "
+                     f"{', '.join(TERMINAL_SCORE_ESTIMATORS)}")

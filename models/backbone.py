@@ -9,10 +9,12 @@ from __future__ import annotations
 import abc
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
+
+from rewardflow.errors import ConfigErrors
 
 
 @dataclass
@@ -59,7 +61,8 @@ class PromptEmbeds:
 
 
 class Backbone(abc.ABC):
-    """A model family: prompt encoding, velocity, latent layout and decoding.
+    """A model family: prompt encoding, velocity, latent layout and decoding. The trainer builds one from its typed
+    config: ``BackboneCls(cfg, keep_reference=...)``.
 
     Attributes:
         transformer: the trainable velocity network (wrapped by FSDP / peft as configured).
@@ -70,6 +73,15 @@ class Backbone(abc.ABC):
     transformer: nn.Module
     device: torch.device
     name: str = "backbone"
+    #: :meth:`decode` returns frames (B, F, 3, H, W) rather than images (B, 3, H, W)
+    video: bool = False
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
+        record in ``errors`` what this family cannot run with. ``cfg`` is the whole run config (typed; the model's
+        is ``cfg.model``). The base has nothing to check."""
 
     # -- conditioning -------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -118,11 +130,13 @@ class Backbone(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} keeps no reference policy")
         yield  # pragma: no cover
 
-    def scheduler_config(self) -> dict:
-        """The family's diffusers scheduler config, for ``method.schedule=scheduler`` (diffusers families add
-        private ``_rewardflow_*`` keys saying how their pipeline sets the grid; see
-        ``methods.schedule.scheduler_sigmas``)."""
-        return {}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """The N + 1 sigmas (float64, last 0) of the family's own sampler, set up as its pipeline does
+        (``method.schedule=scheduler``); ``shift`` is the static shift where the family's grid takes one. Default:
+        diffusers' ``FlowMatchEulerDiscreteScheduler`` with that shift (:mod:`models.sigma_grids`)."""
+        from models.sigma_grids import static_shift_sigmas
+
+        return static_shift_sigmas(num_steps, shift)
 
     # -- optional capabilities of the model families (models/common.py implements them) -------------------------
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:

@@ -14,20 +14,22 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from launcher.errors import ConfigError
 from models.backbone import Backbone
+from models.backbone_config import Finetune
+from models.common_config import BaseSharding, DiffusersModelConfig, TextEncoders
 from models.frozen_reference import FrozenReference
+from models.sigma_grids import static_shift_sigmas
+from rewardflow.distributed import current_world
+from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.errors import ConfigError, ConfigErrors, require
 
 log = logging.getLogger(__name__)
 
-FINETUNE_MODES = ("full", "lora")
-TEXT_ENCODER_MODES = ("offload", "device", "precompute")
-BASE_SHARDINGS = ("shard", "replicate")
 ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
 
 
@@ -36,32 +38,6 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """Compute dtype: bf16 on GPU, fp32 on CPU (bf16 is emulated and 1.5-6x slower there,
-    docs/development.md#bf16-on-the-cpu)."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    return DTYPES[dtype]
-
-
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-          "float16": torch.float16, "fp16": torch.float16}
-
-
-def _choice(key: str, value: str, options) -> str:
-    if value not in options:
-        raise ConfigError(f"{key} must be one of {', '.join(options)} (got {value!r})")
-    return value
-
-
-def dist_rank_world() -> tuple[int, int]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
 
 
 # ------------------------------------------------------------------------------------------------------- loading
@@ -203,42 +179,72 @@ class DiffusersBackbone(FrozenReference, Backbone):
     #: display name and canonical hub id of the family (for messages and README)
     family: str = "diffusers"
     hub_id: str = ""
-    #: attribute names of the transformer's block lists (one FSDP unit each) and the family's parallelize function
+    #: attribute names of the transformer's block lists, in forward order (one FSDP unit each)
     block_attrs: tuple[str, ...] = ()
-    parallelize_key: str = ""
+    #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
+    #: transformer's 2 x 2 patches (or packing). The loaded checkpoint's VAE is checked again when it is built.
+    image_size_multiple: int = 16
     #: true-CFG scale; families with CFG set it per instance (FLUX.1-dev's guidance is embedded, so no CFG)
     guidance_scale: float = 1.0
 
     transformer: nn.Module
     pipe: object
 
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        k = cls.image_size_multiple
+        for key in ("height", "width"):
+            value = getattr(m, key)
+            errors.require(value > 0 and value % k == 0, f"model.{key}", f"must be a positive multiple of {k} for "
+                           f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
+                           f"model.{key}={max(k, round(value / k) * k)}")
+        errors.require(m.max_sequence_length >= 1, "model.max_sequence_length",
+                       f"must be >= 1 (got {m.max_sequence_length})")
+        errors.require(m.dtype not in (Dtype.float64, Dtype.fp64), "model.dtype",
+                       f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
+                       f"GPU, fp32 on the CPU)")
+        if m.finetune == Finetune.lora:
+            errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
+                           f"(got {m.lora_rank})")
+
     # -- construction -------------------------------------------------------------------------------------------
-    def _init_common(self, path: str, name: str | None, device: str, dtype: str, components: Sequence[str],
-                     prompt_cache_size: int | None, text_encoders: str, finetune: str, reference_dtype: str,
-                     base_sharding: str) -> None:
+    def _init_common(self, cfg: DiffusersModelConfig, components: Sequence[str]) -> None:
         """Settings every family shares (docs/memory.md): the compute device and dtype, the text-conditioning
         policy, the fine-tuning mode with its reference dtype and LoRA base sharding; then checks that every
         component exists before anything loads."""
         from models.sharded_load import sharded_startup_enabled
 
-        self.name = name or self.name
-        self.path = str(path)
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
-        self.text_encoders = _choice("model.text_encoders", text_encoders, TEXT_ENCODER_MODES)
-        self.finetune = _choice("model.finetune", finetune, FINETUNE_MODES)
-        self.reference_dtype = DTYPES[_choice("model.reference_dtype", reference_dtype, tuple(DTYPES))]
-        self.base_sharding = _choice("model.base_sharding", base_sharding, BASE_SHARDINGS)
+        self.cfg = cfg
+        self.name = cfg.name
+        self.path = str(cfg.path)
+        self.height, self.width = cfg.height, cfg.width
+        self.max_sequence_length = cfg.max_sequence_length
+        self.device = resolve_device(cfg.device)
+        self.dtype = torch_dtype(cfg.dtype, self.device.type)
+        self.finetune = cfg.finetune
+        self.text_encoders = cfg.text_encoders
+        self.reference_dtype = torch_dtype(cfg.reference_dtype, self.device.type)
+        self.base_sharding = cfg.base_sharding
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
         self.loader.check(components)                         # every missing piece named before anything loads
-        self.offload_text_encoders = self.text_encoders != "device" and self.device.type != "cpu"
+        self.offload_text_encoders = self.text_encoders != TextEncoders.device and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
-        self._prompt_cache = PromptCache(prompt_cache_size, store)
+        self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
         self._precomputed = None                              # models.text_cache.PrecomputedText, once loaded
         self._sharded_startup = sharded_startup_enabled()     # built on meta; parallelize() loads the shards
         self._materialized = not self._sharded_startup
+
+    def _require_image_size(self, multiple: int) -> None:
+        """The loaded checkpoint's own size rule (its VAE may differ from the published one ``check`` assumes)."""
+        for key in ("height", "width"):
+            value = getattr(self, key)
+            require(value % multiple == 0, f"model.{key}",
+                    f"must be a multiple of {multiple} for the VAE of model.path={self.path!r} (got {value})")
 
     def _load(self, cls, subfolder: str, **kwargs):
         return self.loader.load(cls, subfolder, **kwargs)
@@ -260,16 +266,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
             return cast_like_from_pretrained(build_on_meta(cls, self.loader.load_config(cls, subfolder)), dtype)
         return self._load(cls, subfolder, torch_dtype=dtype)
 
-    def _init_training(self, lora_rank: int, lora_alpha: float, lora_targets: Sequence[str],
-                       keep_reference: bool, gradient_checkpointing: bool, text_encoders: list[nn.Module],
-                       vae: nn.Module) -> None:
+    def _init_training(self, keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module) -> None:
         self._text_encoders = list(text_encoders)
         for m in self._text_encoders:
             m.to("cpu" if self.offload_text_encoders else self.device)
         vae.to(self.device)
-        self._configure_finetune(self.finetune, lora_rank, lora_alpha, lora_targets, keep_reference)
-        self.gradient_checkpointing = bool(gradient_checkpointing)
-        if gradient_checkpointing:
+        self._configure_finetune(keep_reference)
+        self.gradient_checkpointing = bool(self.cfg.gradient_checkpointing)
+        if self.gradient_checkpointing:
             self.transformer.enable_gradient_checkpointing()
         if self._materialized:
             self.transformer.to(self.device)
@@ -278,18 +282,21 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self.transformer.train()
 
     # -- fine-tuning mode ---------------------------------------------------------------------------------------
-    def _configure_finetune(self, finetune, rank, alpha, targets, keep_reference) -> None:
+    def _configure_finetune(self, keep_reference: bool) -> None:
         from models.sharded_load import initial_adapter_state, lora_layers
 
-        if finetune == "lora":
+        cfg = self.cfg
+        if cfg.finetune == Finetune.lora:
             from peft import LoraConfig
 
             self.transformer.requires_grad_(False)
             try:
-                self.transformer.add_adapter(LoraConfig(r=rank, lora_alpha=alpha, init_lora_weights="gaussian",
-                                                        target_modules=list(targets)), adapter_name=ADAPTER_NAME)
+                self.transformer.add_adapter(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                                        init_lora_weights="gaussian",
+                                                        target_modules=list(cfg.lora_targets)),
+                                             adapter_name=ADAPTER_NAME)
             except ValueError as e:
-                raise ConfigError(f"model.lora_targets={list(targets)} match no module of "
+                raise ConfigError(f"model.lora_targets={list(cfg.lora_targets)} match no module of "
                                   f"{type(self.transformer).__name__} ({e})") from None
             for _, layer in lora_layers(self.transformer):     # adapters and their optimizer state in fp32
                 for p in layer.parameters():
@@ -309,6 +316,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
     @property
     def latent_shape(self) -> tuple[int, ...]:
         return self._latent_shape          # set by each family's constructor
+
+    def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
+        """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
+        raise NotImplementedError
+
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """The family scheduler's static-shift grid (its own config, ``shift`` replacing the config's)."""
+        return static_shift_sigmas(num_steps, shift, dict(self.scheduler.config))
+
+    def pipeline_kwargs(self) -> dict:
+        """Arguments of the family's diffusers pipeline call that sample as this backbone is set up (size, text
+        length, guidance): ``backbone.pipe(prompts, **backbone.pipeline_kwargs())``."""
+        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
+                    guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
 
     @property
     def do_cfg(self) -> bool:
@@ -381,7 +402,6 @@ class DiffusersBackbone(FrozenReference, Backbone):
         share, into a cache folder keyed by model, encoder settings and prompt set (``models/text_cache.py``), then
         free the encoders; training makes no encoder call. Call on every rank. Returns whether the cache was
         reused."""
-        from launcher.distributed import current_world
         from models.text_cache import build_or_load, cache_key, text_encoder_fingerprint
         from models.twins import default_cache_dir
 
@@ -403,6 +423,26 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return reused
 
     # -- guidance ----------------------------------------------------------------------------------------------
+    def guided_velocity(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
+                        uncond: dict[str, torch.Tensor | None], renorm_dim: int | None = None,
+                        **shared: object) -> torch.Tensor:
+        """The transformer's fp32 prediction for ``latents`` at ``timestep`` (the family's time input), with true
+        classifier-free guidance when :attr:`do_cfg`: ONE forward over the rows ``[uncond, cond]`` (``uncond``: the
+        negative prompt's tensors, each of batch 1, broadcast to the batch; the same keys as ``cond``) combined by
+        :meth:`cfg_combine`; otherwise the conditional forward alone. ``shared``: keyword arguments of the forward
+        that do not depend on the row."""
+        x, t, inputs = latents, timestep, cond
+        if self.do_cfg:
+            b = latents.shape[0]
+            inputs = {k: torch.cat([uncond[k].expand(b, *uncond[k].shape[1:]), v]) for k, v in cond.items()}
+            x, t = torch.cat([x, x]), torch.cat([t, t])
+        with self._autocast():
+            out = self._active(hidden_states=x, timestep=t, **inputs, **shared, return_dict=False)[0].float()
+        if not self.do_cfg:
+            return out
+        v_u, v_c = out.chunk(2)
+        return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim)
+
     @staticmethod
     def cfg_combine(v_uncond: torch.Tensor, v_cond: torch.Tensor, scale: float,
                     renorm_dim: int | None = None) -> torch.Tensor:
@@ -426,35 +466,42 @@ class DiffusersBackbone(FrozenReference, Backbone):
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:
         """The transformer blocks (one FSDP unit each), in forward order."""
-        module = module if module is not None else self.transformer
-        return [b for attr in self.block_attrs for b in getattr(module, attr)]
+        from models.parallelize import transformer_blocks
+
+        return transformer_blocks(module if module is not None else self.transformer, self.block_attrs)
+
+    @classmethod
+    def shard_transformer(cls, module: nn.Module, mesh, **kwargs) -> nn.Module:
+        """FSDP2 over a transformer of this family (``kwargs``: :func:`models.parallelize.parallelize_blocks`'s):
+        one unit per block of ``block_attrs``, the root last."""
+        from models.parallelize import parallelize_blocks, transformer_blocks
+
+        return parallelize_blocks(module, transformer_blocks(module, cls.block_attrs), mesh, **kwargs)
 
     def parallelize(self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True,
                     mp_policy=None) -> None:
-        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style, through
-        the family's ``parallelize_<family>`` (activation checkpointing, then ``fully_shard`` per block with a
-        ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and is gathered in the compute
-        dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the shards. Text encoders and the
-        VAE stay replicated and unsharded. After a sharded start-up each rank then reads its own shards from the
-        checkpoint (``models/sharded_load.py``). Call on every rank, before the optimizer is built (it must see the
-        sharded parameters)."""
+        """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
+        (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
+        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and
+        is gathered in the compute dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the
+        shards. Text encoders and the VAE stay replicated and unsharded. After a sharded start-up each rank then
+        reads its own shards from the checkpoint (``models/sharded_load.py``). Call on every rank, before the
+        optimizer is built (it must see the sharded parameters)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
-        from models.parallelize import PARALLELIZE
         from models.sharded_load import lora_layers
 
-        fn = PARALLELIZE[self.parallelize_key]
         ac = self.gradient_checkpointing if activation_checkpointing is None else activation_checkpointing
         replicated: set[nn.Parameter] = set()
-        if self.finetune == "lora" and self.base_sharding == "replicate":
+        if self.finetune == Finetune.lora and self.base_sharding == BaseSharding.replicate:
             adapters = {p for _, layer in lora_layers(self.transformer) for p in layer.parameters() if p.requires_grad}
             replicated = {p for p in self.transformer.parameters() if p not in adapters}
         for module in self.transformer_modules():
             is_ref = module is self._reference_model
             policy = MixedPrecisionPolicy(param_dtype=self.dtype) if is_ref and mp_policy is None else mp_policy
-            fn(module, mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
-               activation_checkpointing=ac and module is self.transformer,
-               ignored_params=replicated if module is self.transformer else None)
+            self.shard_transformer(module, mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
+                                   activation_checkpointing=ac and module is self.transformer,
+                                   ignored_params=replicated if module is self.transformer else None)
         if not self._materialized:
             self._load_shards()
         self._materialized = True
@@ -463,7 +510,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
     def _load_shards(self) -> None:
         """Each rank reads its shards of the policy (and reference) from the transformer's safetensors files; LoRA
         adapters are drawn from rank 0's seed, as the single-process path draws them."""
-        from launcher.distributed import broadcast_object
+        from rewardflow.distributed import broadcast_object
         from models.sharded_load import initial_adapter_state, materialize_and_load, weights_folder
 
         folder = weights_folder(self.path, self._transformer_subfolder, self.loader.is_local)
@@ -505,7 +552,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         (``<Transformer>.from_pretrained(dir, subfolder="transformer")``). Works sharded: every rank must call it,
         rank 0 writes. ``rewardflow_export.json`` records the base model and mode."""
         out = Path(save_directory)
-        rank, _ = dist_rank_world()
+        rank = current_world().rank
         if self.finetune == "lora":
             state, meta = self._lora_state_dict(), self._lora_metadata()
             if rank == 0:
@@ -525,10 +572,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return out
 
     def _write_transformer(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
-        from diffusers import __version__ as diffusers_version
         import inspect
         import logging
 
+        from diffusers import __version__ as diffusers_version
         from huggingface_hub import save_torch_state_dict
 
         # its module logs "weights saved" at INFO under its file path; the trainer logs the export itself

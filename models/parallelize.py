@@ -1,5 +1,6 @@
 """FSDP2 sharding of a family's transformer, torchtitan style: activation checkpointing, then ``fully_shard`` on
-each transformer block with an explicit ``MixedPrecisionPolicy``, and the root module last.
+each transformer block with an explicit ``MixedPrecisionPolicy``, and the root module last. The blocks are what the
+family's backbone declares in ``block_attrs`` (``DiffusersBackbone.parallelize``), one FSDP unit each.
 
 Frozen encoders (text encoders, VAE) are never passed here: they stay replicated and outside the sharded model.
 LoRA adapters must be added *before* sharding (docs/development.md#fsdp2-on-the-cpu); FSDP2 handles frozen and
@@ -13,7 +14,7 @@ from typing import Iterable
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 
 # diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do
@@ -26,6 +27,11 @@ def mixed_precision_policy(device_type: str) -> MixedPrecisionPolicy:
     if device_type == "cuda":
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
+
+
+def transformer_blocks(model: nn.Module, block_attrs: Iterable[str]) -> list[nn.Module]:
+    """The blocks of ``model`` listed under the attribute names ``block_attrs``, in forward order."""
+    return [block for attr in block_attrs for block in getattr(model, attr)]
 
 
 def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh,
@@ -44,35 +50,3 @@ def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: Devi
         fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
                     ignored_params=ignored.intersection(block.parameters()) or None)
     return model
-
-
-def parallelize_flux(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
-    """FLUX.1: the double-stream ``transformer_blocks`` and single-stream ``single_transformer_blocks``."""
-    blocks = [*transformer.transformer_blocks, *transformer.single_transformer_blocks]
-    return parallelize_blocks(transformer, blocks, mesh, **kwargs)
-
-
-def is_sharded(module: nn.Module) -> bool:
-    return isinstance(module, FSDPModule)
-
-
-def parallelize_sd3(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
-    """SD3 / SD3.5: the joint (MMDiT / MMDiT-X) ``transformer_blocks``."""
-    return parallelize_blocks(transformer, list(transformer.transformer_blocks), mesh, **kwargs)
-
-
-def parallelize_qwenimage(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
-    """Qwen-Image: the dual-stream ``transformer_blocks``. The last block's text-stream output is discarded, so its
-    ``to_add_out`` / ``txt_mlp`` weights never get a gradient; FSDP2 handles that (DDP would need
-    ``find_unused_parameters``)."""
-    return parallelize_blocks(transformer, list(transformer.transformer_blocks), mesh, **kwargs)
-
-
-def parallelize_wan(transformer: nn.Module, mesh: DeviceMesh, **kwargs) -> nn.Module:
-    """Wan2.1: the ``blocks`` (self-attention, cross-attention to UMT5, FFN)."""
-    return parallelize_blocks(transformer, list(transformer.blocks), mesh, **kwargs)
-
-
-#: family -> parallelize function (the backbones' ``parallelize`` uses the same block lists)
-PARALLELIZE = {"flux": parallelize_flux, "sd3": parallelize_sd3, "qwenimage": parallelize_qwenimage,
-               "wan": parallelize_wan}

@@ -159,5 +159,5 @@ def wan(c: dict) -> Inventory:
                                 Unit("block", tuple(block), other, c["num_layers"])))
 
 
-#: family key (models' ``parallelize_key``) -> inventory builder
+#: family key (launcher/memory_plan.py FAMILY_OF_MODULE) -> inventory builder
 INVENTORIES = {"flux": flux, "sd3": sd3, "qwenimage": qwenimage, "wan": wan}

@@ -11,64 +11,55 @@ shift; the VAE works on single-frame videos and is unnormalised with ``latents_m
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any
 
 import torch
 
-from launcher.errors import ConfigError
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
-from models.flux import pipeline_sigma_keys
+from models.qwenimage_config import QwenImageModelConfig
+from models.sigma_grids import custom_sigmas
+from rewardflow.errors import ConfigError, ConfigErrors
 
-QWEN_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 QWEN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
+MAX_TEXT_TOKENS = 1024   # QwenImagePipeline's limit on max_sequence_length
 
 
 class QwenImageBackbone(DiffusersBackbone):
-    """Qwen-Image backbone.
+    """Qwen-Image backbone, built from its typed config (:class:`models.qwenimage_config.QwenImageModelConfig`):
+    ``cfg.path`` holds ``transformer/ vae/ text_encoder/ tokenizer/ scheduler/``; true CFG with
+    ``cfg.guidance_scale`` (the pipeline's ``true_cfg_scale``) and ``cfg.negative_prompt``, rescaled per token to the
+    conditional velocity's norm when ``cfg.cfg_renorm`` (as QwenImagePipeline). ``keep_reference`` as
+    :class:`models.flux.FluxBackbone`.
 
-    Args:
-        path: hub id or local folder with ``transformer/ vae/ text_encoder/ tokenizer/ scheduler/``.
-        height, width: image size in pixels (multiples of ``2 * vae_scale_factor``).
-        guidance_scale: true-CFG scale (the pipeline's ``true_cfg_scale``); ``<= 1`` disables CFG (one forward).
-        negative_prompt: the unconditional prompt (the Qwen-Image model card uses ``" "``).
-        cfg_renorm: rescale the CFG velocity per token to the conditional velocity's norm, as QwenImagePipeline does.
-        max_sequence_length: text tokens kept after the template (the pipeline's default 512; at most 1024).
-        dynamic_shift: resolution-dependent shift for ``method.schedule=scheduler`` (as the pipeline).
-        Other arguments as :class:`models.flux.FluxBackbone`.
+    The last block's text-stream output is discarded, so its ``to_add_out`` / ``txt_mlp`` weights never get a
+    gradient; FSDP2 handles that (DDP would need ``find_unused_parameters``).
     """
 
     name = "qwenimage"
     family = "Qwen-Image"
     hub_id = "Qwen/Qwen-Image"
     block_attrs = ("transformer_blocks",)
-    parallelize_key = "qwenimage"
 
-    def __init__(self, path: str = hub_id, height: int = 512, width: int = 512, guidance_scale: float = 4.0,
-                 negative_prompt: str = " ", cfg_renorm: bool = True, max_sequence_length: int = 512,
-                 finetune: str = "lora", lora_rank: int = 32, lora_alpha: float = 64.0,
-                 lora_targets: Sequence[str] = QWEN_LORA_TARGETS, gradient_checkpointing: bool = False,
-                 keep_reference: bool = False, device: str = "auto", dtype: str = "auto", name: str | None = None,
-                 dynamic_shift: bool = True, prompt_cache_size: int | None = 4096,
-                 text_encoders: str = "offload",
-                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        n = cfg.model.max_sequence_length
+        errors.require(n <= MAX_TEXT_TOKENS, "model.max_sequence_length",
+                       f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})")
+
+    def __init__(self, cfg: QwenImageModelConfig, keep_reference: bool = False):
         from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline,
                                QwenImageTransformer2DModel)
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
 
-        if not 1 <= max_sequence_length <= 1024:
-            raise ConfigError(f"model.max_sequence_length must be in [1, 1024] for Qwen-Image "
-                              f"(got {max_sequence_length})")
-        self._init_common(path, name, device, dtype, QWEN_COMPONENTS, prompt_cache_size, text_encoders, finetune,
-                          reference_dtype, base_sharding)
-        self.height, self.width = height, width
-        self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
-        self.cfg_renorm, self.max_sequence_length = cfg_renorm, max_sequence_length
-        self.dynamic_shift = dynamic_shift
+        self._init_common(cfg, QWEN_COMPONENTS)
+        self.guidance_scale, self.negative_prompt = float(cfg.guidance_scale), cfg.negative_prompt
+        self.cfg_renorm, self.dynamic_shift = cfg.cfg_renorm, cfg.dynamic_shift
         self.transformer = self._load_transformer(QwenImageTransformer2DModel)
         if self.transformer.config.guidance_embeds:
-            raise ConfigError(f"model.path={path!r}: guidance-distilled Qwen-Image transformers (guidance_embeds=True) "
-                              f"are not supported; use the base Qwen-Image checkpoint")
+            raise ConfigError(f"model.path={self.path!r}: guidance-distilled Qwen-Image transformers "
+                              f"(guidance_embeds=True) are not supported; use the base Qwen-Image checkpoint")
         self.vae = self._load_frozen(AutoencoderKLQwenImage, "vae")
         self.scheduler = self._load(FlowMatchEulerDiscreteScheduler, "scheduler")
         self.pipe = QwenImagePipeline(
@@ -76,11 +67,9 @@ class QwenImageBackbone(DiffusersBackbone):
             text_encoder=self._load_frozen(Qwen2_5_VLForConditionalGeneration, "text_encoder"),
             tokenizer=self._load(Qwen2Tokenizer, "tokenizer"))
         sf = self.pipe.vae_scale_factor
-        if height % (2 * sf) or width % (2 * sf):
-            raise ValueError(f"model.height/width must be multiples of {2 * sf} for this VAE (got {height}x{width})")
-        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder], self.vae)
-        self._grid = (height // sf // 2, width // sf // 2)
+        self._require_image_size(2 * sf)
+        self._init_training(keep_reference, [self.pipe.text_encoder], self.vae)
+        self._grid = (self.height // sf // 2, self.width // sf // 2)
         self._latent_shape = (self._grid[0] * self._grid[1], self.transformer.config.in_channels)
         z = self.vae.config.z_dim
         self._lat_mean = torch.tensor(self.vae.config.latents_mean, dtype=torch.float32).view(1, z, 1, 1, 1)
@@ -114,21 +103,22 @@ class QwenImageBackbone(DiffusersBackbone):
     # -- latents ------------------------------------------------------------------------------------------------
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc, mask = embeds.tensors["prompt_embeds"], embeds.tensors["prompt_mask"]
-        x, t = latents, sigma.to(latents.dtype)                  # Qwen-Image timestep scale: sigma (x1000 inside)
-        if self.do_cfg:                                          # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            mask = torch.cat([embeds.shared["neg_prompt_mask"].expand(b, -1), mask])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc,
-                               encoder_hidden_states_mask=mask, img_shapes=[[(1, *self._grid)]] * x.shape[0],
-                               return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim=-1 if self.cfg_renorm else None)
-        return out
+        shared = embeds.shared
+        rows = latents.shape[0] * (2 if self.do_cfg else 1)
+        return self.guided_velocity(
+            latents, self.model_timestep(sigma.to(latents.dtype)),
+            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                  "encoder_hidden_states_mask": embeds.tensors["prompt_mask"]},
+            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                    "encoder_hidden_states_mask": shared.get("neg_prompt_mask")},
+            renorm_dim=-1 if self.cfg_renorm else None, img_shapes=[[(1, *self._grid)]] * rows)
+
+    def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
+        return sigma                          # the transformer multiplies by 1000 itself (Timesteps(scale=1000))
+
+    def pipeline_kwargs(self) -> dict:
+        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
+                    true_cfg_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         lat = self.pipe._unpack_latents(latents, self.height, self.width, self.pipe.vae_scale_factor)
@@ -144,5 +134,7 @@ class QwenImageBackbone(DiffusersBackbone):
         b, c, h, w = lat.shape
         return self.pipe._pack_latents(lat, b, c, h, w)
 
-    def scheduler_config(self) -> dict:
-        return {**dict(self.scheduler.config), **pipeline_sigma_keys(self._latent_shape[0], self.dynamic_shift)}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """QwenImagePipeline's grid: ``linspace(1, 1/N, N)`` with the resolution-dependent shift (``dynamic_shift``)
+        and the scheduler's terminal sigma."""
+        return custom_sigmas(num_steps, shift, dict(self.scheduler.config), self._latent_shape[0], self.dynamic_shift)

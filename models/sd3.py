@@ -9,53 +9,36 @@ guidance is true classifier-free guidance with a negative prompt, evaluated as o
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import torch
 
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
+from models.sd3_config import SD3ModelConfig
 
 #: Flow-GRPO's SD3.5 LoRA targets (joint attention, both streams)
-SD3_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 SD3_COMPONENTS = ("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer",
                   "tokenizer_2", "tokenizer_3", "scheduler")
 
 
 class SD3Backbone(DiffusersBackbone):
-    """SD3.5 backbone.
-
-    Args:
-        path: hub id or local folder with ``transformer/ vae/ text_encoder{,_2,_3}/ tokenizer{,_2,_3}/ scheduler/``.
-        height, width: image size in pixels (multiples of ``vae_scale_factor * patch_size``).
-        guidance_scale: CFG scale ``w`` (``v = v_u + w (v_c - v_u)``); ``<= 1`` disables CFG (one forward).
-        negative_prompt: the unconditional prompt of CFG (the pipeline's default is ``""``).
-        max_sequence_length: T5 tokens (the pipeline's default 256).
-        Other arguments as :class:`models.flux.FluxBackbone`.
+    """SD3.5 backbone, built from its typed config (:class:`models.sd3_config.SD3ModelConfig`): ``cfg.path`` holds
+    ``transformer/ vae/ text_encoder{,_2,_3}/ tokenizer{,_2,_3}/ scheduler/``; CFG ``v = v_u + w (v_c - v_u)`` with
+    ``w = cfg.guidance_scale`` and the unconditional ``cfg.negative_prompt`` (``w <= 1`` disables it: one forward).
+    ``keep_reference`` as :class:`models.flux.FluxBackbone`.
     """
 
     name = "sd35m"
     family = "SD3.5"
     hub_id = "stabilityai/stable-diffusion-3.5-medium"
     block_attrs = ("transformer_blocks",)
-    parallelize_key = "sd3"
 
-    def __init__(self, path: str = hub_id, height: int = 512, width: int = 512, guidance_scale: float = 4.5,
-                 negative_prompt: str = "", max_sequence_length: int = 256, finetune: str = "lora",
-                 lora_rank: int = 32, lora_alpha: float = 64.0, lora_targets: Sequence[str] = SD3_LORA_TARGETS,
-                 gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
-                 dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
-                 text_encoders: str = "offload",
-                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
+    def __init__(self, cfg: SD3ModelConfig, keep_reference: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
         from diffusers import StableDiffusion3Pipeline
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
-        self._init_common(path, name, device, dtype, SD3_COMPONENTS, prompt_cache_size, text_encoders, finetune,
-                          reference_dtype, base_sharding)
-        self.height, self.width = height, width
-        self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
-        self.max_sequence_length = max_sequence_length
+        self._init_common(cfg, SD3_COMPONENTS)
+        self.guidance_scale, self.negative_prompt = float(cfg.guidance_scale), cfg.negative_prompt
         self.transformer = self._load_transformer(SD3Transformer2DModel)
         self.vae = self._load_frozen(AutoencoderKL, "vae")
         self.scheduler = self._load(FlowMatchEulerDiscreteScheduler, "scheduler")
@@ -67,12 +50,10 @@ class SD3Backbone(DiffusersBackbone):
             tokenizer=self._load(CLIPTokenizer, "tokenizer"), tokenizer_2=self._load(CLIPTokenizer, "tokenizer_2"),
             tokenizer_3=self._load(T5TokenizerFast, "tokenizer_3"))
         sf, patch = self.pipe.vae_scale_factor, self.transformer.config.patch_size
-        if height % (sf * patch) or width % (sf * patch):
-            raise ValueError(f"model.height/width must be multiples of {sf * patch} (VAE factor {sf} x patch {patch}); "
-                             f"got {height}x{width}")
-        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae)
-        self._latent_shape = (self.transformer.config.in_channels, height // sf, width // sf)
+        self._require_image_size(sf * patch)
+        self._init_training(keep_reference, [self.pipe.text_encoder, self.pipe.text_encoder_2,
+                                             self.pipe.text_encoder_3], self.vae)
+        self._latent_shape = (self.transformer.config.in_channels, self.height // sf, self.width // sf)
 
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
@@ -93,20 +74,16 @@ class SD3Backbone(DiffusersBackbone):
     # -- latents ------------------------------------------------------------------------------------------------
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc, pooled = embeds.tensors["prompt_embeds"], embeds.tensors["pooled"]
-        x, t = latents, sigma.to(latents.dtype) * 1000.0          # SD3 timestep scale: 0..1000
-        if self.do_cfg:                                           # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            pooled = torch.cat([embeds.shared["neg_pooled"].expand(b, -1), pooled])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc, pooled_projections=pooled,
-                               return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale)
-        return out
+        shared = embeds.shared
+        return self.guided_velocity(
+            latents, self.model_timestep(sigma.to(latents.dtype)),
+            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                  "pooled_projections": embeds.tensors["pooled"]},
+            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                    "pooled_projections": shared.get("neg_pooled")})
+
+    def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
+        return sigma * 1000.0                 # SD3's timestep scale: 0..1000, as the pipeline's scheduler.timesteps
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         lat = latents / self.vae.config.scaling_factor + self.vae.config.shift_factor
@@ -118,5 +95,3 @@ class SD3Backbone(DiffusersBackbone):
         lat = self.vae.encode(images.to(self.device, self.vae.dtype) * 2 - 1).latent_dist.mean
         return ((lat - self.vae.config.shift_factor) * self.vae.config.scaling_factor).float()
 
-    def scheduler_config(self) -> dict:
-        return dict(self.scheduler.config)

@@ -85,7 +85,7 @@ def build_or_load(root: Path, key: str, prompts: list[str], encode: Callable[[li
                   world) -> tuple[PrecomputedText, bool]:
     """The cache folder ``root/<key>`` for ``prompts`` (unique), built by every rank of ``world`` if absent.
     Returns the store and whether it was reused. A collective: call on every rank."""
-    from launcher.distributed import all_gather_objects, barrier, broadcast_object
+    from rewardflow.distributed import all_gather_objects, barrier, broadcast_object
 
     folder = root / key
     if (folder / INDEX).exists():

@@ -11,7 +11,7 @@ import torch
 from models.flux import FluxBackbone
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
-from models.twins import materialize, recipe_key
+from models.twins import TinyTwin, materialize, recipe_key
 
 # Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
 # single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).
@@ -82,10 +82,10 @@ def materialize_tiny_flux_variant(transformer: dict, clip: dict | None = None, t
         seed, pretrain_steps=0, transformer=transformer, clip=clip_cfg, t5=t5_cfg), cache_dir)
 
 
-class TinyFluxBackbone(FluxBackbone):
+class TinyFluxBackbone(TinyTwin, FluxBackbone):
     """``FluxBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_flux"
-
-    def __init__(self, seed: int = 0, cache_dir: str | None = None, path: str | None = None, **kwargs):
-        super().__init__(path=str(path or materialize_tiny_flux(cache_dir, seed)), **kwargs)
+    #: the twin's VAE factor x the 2x2 packing
+    image_size_multiple = 2 * 2 ** (len(VAE["block_out_channels"]) - 1)
+    materialize = staticmethod(materialize_tiny_flux)

@@ -16,7 +16,7 @@ import torch
 from models.qwenimage import QwenImageBackbone
 from models.tiny_flux import WORDS
 from models.tiny_tokenizers import make_qwen2_tokenizer
-from models.twins import materialize, recipe_key
+from models.twins import TinyTwin, materialize, recipe_key
 
 TEMPLATE = ("<|im_start|>system\nDescribe the image by detailing the color, shape, size, texture, quantity, text, "
             "spatial relationships of the objects and background:<|im_end|>\n<|im_start|>user\n{}<|im_end|>\n"
@@ -64,10 +64,10 @@ def materialize_tiny_qwenimage(cache_dir: str | Path | None = None, seed: int = 
     return materialize("tiny_qwenimage", key, lambda: build_tiny_qwenimage_pipeline(seed), cache_dir)
 
 
-class TinyQwenImageBackbone(QwenImageBackbone):
+class TinyQwenImageBackbone(TinyTwin, QwenImageBackbone):
     """``QwenImageBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_qwenimage"
-
-    def __init__(self, seed: int = 0, cache_dir: str | None = None, path: str | None = None, **kwargs):
-        super().__init__(path=str(path or materialize_tiny_qwenimage(cache_dir, seed)), **kwargs)
+    #: the twin's VAE factor x the 2x2 packing
+    image_size_multiple = 2 * 2 ** len(VAE["temperal_downsample"])
+    materialize = staticmethod(materialize_tiny_qwenimage)

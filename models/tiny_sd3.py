@@ -17,7 +17,7 @@ from models.sd3 import SD3Backbone
 from models.tiny_flux import CLIP, WORDS
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
-from models.twins import materialize, recipe_key
+from models.twins import TinyTwin, materialize, recipe_key
 
 # patch 2 (as SD3.5): a 32x32 image -> 16x16x16 latent -> 64 tokens. joint_attention_dim must be >= 2 x CLIP width
 # (the pipeline pads the concatenated CLIP states to the T5 width; narrower silently crops, docs/models.md#family-notes)
@@ -61,10 +61,10 @@ def materialize_tiny_sd3(cache_dir: str | Path | None = None, seed: int = 0) -> 
     return materialize("tiny_sd35m", key, lambda: build_tiny_sd3_pipeline(seed), cache_dir)
 
 
-class TinySD3Backbone(SD3Backbone):
+class TinySD3Backbone(TinyTwin, SD3Backbone):
     """``SD3Backbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_sd35m"
-
-    def __init__(self, seed: int = 0, cache_dir: str | None = None, path: str | None = None, **kwargs):
-        super().__init__(path=str(path or materialize_tiny_sd3(cache_dir, seed)), **kwargs)
+    #: the twin's VAE factor x its patches
+    image_size_multiple = TRANSFORMER["patch_size"] * 2 ** (len(VAE["block_out_channels"]) - 1)
+    materialize = staticmethod(materialize_tiny_sd3)

@@ -13,7 +13,7 @@ import torch
 
 from models.tiny_flux import WORDS
 from models.tiny_tokenizers import make_t5_tokenizer
-from models.twins import materialize, recipe_key
+from models.twins import TinyTwin, materialize, recipe_key
 from models.wan import WanBackbone
 
 TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
@@ -48,10 +48,11 @@ def materialize_tiny_wan(cache_dir: str | Path | None = None, seed: int = 0) -> 
     return materialize("tiny_wan2.1", key, lambda: build_tiny_wan_pipeline(seed), cache_dir)
 
 
-class TinyWanBackbone(WanBackbone):
+class TinyWanBackbone(TinyTwin, WanBackbone):
     """``WanBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_wan2.1"
-
-    def __init__(self, seed: int = 0, cache_dir: str | None = None, path: str | None = None, **kwargs):
-        super().__init__(path=str(path or materialize_tiny_wan(cache_dir, seed)), **kwargs)
+    #: the twin's VAE factor x its patches
+    image_size_multiple = TRANSFORMER["patch_size"][1] * VAE["scale_factor_spatial"]
+    vae_temporal_factor = VAE["scale_factor_temporal"]
+    materialize = staticmethod(materialize_tiny_wan)

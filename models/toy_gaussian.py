@@ -15,15 +15,19 @@ reward on images is a function of the latent. Computations run in ``dtype`` (flo
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from models.backbone import Backbone, PromptEmbeds
+from models.backbone_config import Finetune
 from models.frozen_reference import FrozenReference
+from models.toy_gaussian_config import ToyGaussianModelConfig
+from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.errors import ConfigErrors
 
-FINETUNE_MODES = ("full", "lora")
+TOY_DTYPES = (Dtype.float64, Dtype.fp64, Dtype.float32, Dtype.fp32)
 
 
 def _per_dim(values: Sequence[float] | float, dim: int, what: str) -> torch.Tensor:
@@ -92,47 +96,43 @@ class ToyVelocityNet(nn.Module):
 
 
 class ToyGaussianBackbone(FrozenReference, Backbone):
-    """Backbone over :class:`ToyVelocityNet` (see the module docstring).
-
-    Args:
-        dim: latent dimension (a multiple of 3).
-        mu0, var0: mean and variance of the pretrained law (one value for every dimension, or ``dim`` values).
-        hidden, depth, num_frequencies: MLP width, hidden layers, Fourier features of the time.
-        finetune: ``full`` or ``lora``; lora_rank/lora_alpha/lora_targets: the peft adapter (targets default to every
-            linear layer of the MLP).
-        keep_reference: keep the frozen pretrained policy (LoRA: adapters disabled; full: a frozen copy).
-        seed: MLP initialisation.
-    """
+    """Backbone over :class:`ToyVelocityNet` (see the module docstring), built from its typed config
+    (:class:`models.toy_gaussian_config.ToyGaussianModelConfig`); ``keep_reference`` keeps the frozen pretrained
+    policy (LoRA: adapters disabled; full: a frozen copy)."""
 
     name = "toy_gaussian"
 
-    def __init__(self, dim: int = 3, mu0: Sequence[float] | float = 0.5, var0: Sequence[float] | float = 0.6,
-                 hidden: int = 64, depth: int = 2, num_frequencies: int = 4, finetune: str = "full",
-                 lora_rank: int = 8, lora_alpha: float = 8.0, lora_targets: Sequence[str] | None = None,
-                 keep_reference: bool = False, seed: int = 0, device: str = "cpu", dtype: str = "float64",
-                 name: str | None = None):
-        if dim % 3:
-            raise ValueError(f"model.dim must be a multiple of 3 (decoded as a 3-channel image), got {dim}")
-        if finetune not in FINETUNE_MODES:
-            raise ValueError(f"model.finetune must be one of {FINETUNE_MODES}, got {finetune!r}")
-        self.name = name or self.name
-        self.device = torch.device(device)
-        self.dtype = {"float64": torch.float64, "fp64": torch.float64, "float32": torch.float32,
-                      "fp32": torch.float32}[dtype]
-        self.dim = dim
-        self.mu0, self.var0 = _per_dim(mu0, dim, "mu0"), _per_dim(var0, dim, "var0")
-        if not bool((self.var0 > 0).all()):
-            raise ValueError(f"model.var0 must be > 0 (got {self.var0.tolist()})")
-        self.transformer = ToyVelocityNet(dim, self.mu0, self.var0, hidden, depth, num_frequencies, seed)
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        errors.require(m.dim >= 3 and m.dim % 3 == 0, "model.dim",
+                       f"must be a positive multiple of 3 (decoded as a 3-channel image), got {m.dim}")
+        for key in ("mu0", "var0"):
+            n = len(getattr(m, key))
+            errors.require(n in (1, m.dim), f"model.{key}", f"needs 1 or dim={m.dim} values (got {n})")
+        errors.require(all(v > 0 for v in m.var0), "model.var0", f"must be > 0 (got {list(m.var0)})")
+        errors.require(m.dtype in TOY_DTYPES, "model.dtype", f"must be one of {', '.join(TOY_DTYPES)} (got {m.dtype})")
+
+    def __init__(self, cfg: ToyGaussianModelConfig, keep_reference: bool = False):
+        self.cfg = cfg
+        self.name = cfg.name
+        self.device = torch.device(cfg.device)
+        self.dtype = torch_dtype(cfg.dtype)
+        dim = self.dim = cfg.dim
+        self.mu0, self.var0 = _per_dim(cfg.mu0, dim, "mu0"), _per_dim(cfg.var0, dim, "var0")
+        self.transformer = ToyVelocityNet(dim, self.mu0, self.var0, cfg.hidden, cfg.depth, cfg.num_frequencies,
+                                          cfg.seed)
         self.transformer.to(device=self.device, dtype=self.dtype)
-        self.finetune = finetune
-        if finetune == "lora":
+        self.finetune = cfg.finetune
+        if cfg.finetune == Finetune.lora:
             from peft import LoraConfig, inject_adapter_in_model
 
-            targets = list(lora_targets) if lora_targets else [
+            targets = list(cfg.lora_targets) if cfg.lora_targets else [
                 f"net.{i}" for i, m in enumerate(self.transformer.net) if isinstance(m, nn.Linear)]
             self.transformer.requires_grad_(False)
-            inject_adapter_in_model(LoraConfig(r=lora_rank, lora_alpha=lora_alpha, init_lora_weights="gaussian",
+            inject_adapter_in_model(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
+                                               init_lora_weights="gaussian",
                                                target_modules=targets), self.transformer)
             self.transformer.to(device=self.device, dtype=self.dtype)
         else:
@@ -148,17 +148,27 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
         return gaussian_velocity_am(x, t, self.mu0.to(x.device), self.var0.to(x.device))
 
     @torch.no_grad()
-    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None) -> torch.Tensor:
+    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None,
+                    law: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """``n`` samples of the current (fine-tuned) model: Heun's 2nd-order ODE solver over ``steps`` uniform sigma
-        steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler)."""
+        steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler).
+
+        ``law=(mu, var)``: instead, the same solver on the analytic velocity of ``N(mu, diag var)`` from the same
+        initial noise (the same ``generator`` state). Compared sample by sample with the model's, these common random
+        numbers cancel the Monte-Carlo and solver error, so the difference shows the model's own error."""
         x = self.initial_noise(n, generator)
-        embeds = self.encode_prompts([""] * n)
+        if law is None:
+            embeds = self.encode_prompts([""] * n)
+            velocity = lambda x, s: self.velocity(x, s, embeds)
+        else:
+            mu, var = (v.to(x.device, x.dtype) for v in law)
+            velocity = lambda x, s: -gaussian_velocity_am(x, 1.0 - s, mu, var)
         sigmas = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
         for i in range(steps):
             s, s_next = sigmas[i].expand(n), sigmas[i + 1].expand(n)
-            d = self.velocity(x, s, embeds)
+            d = velocity(x, s)
             x_pred = x + (sigmas[i + 1] - sigmas[i]).item() * d
-            d_next = self.velocity(x_pred, s_next, embeds)
+            d_next = velocity(x_pred, s_next)
             x = x + (sigmas[i + 1] - sigmas[i]).item() * 0.5 * (d + d_next)
         return x
 

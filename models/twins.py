@@ -2,13 +2,14 @@
 the recipe, so every twin is loaded back through its family's real adapter (``from_pretrained``)."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from filelock import FileLock
 
@@ -24,7 +25,23 @@ def recipe_key(*parts) -> str:
 def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
     """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once with ``save_pretrained`` and
     return the folder (see :func:`materialize_folder`)."""
-    return materialize_folder(prefix, key, lambda folder: build().save_pretrained(folder), cache_dir)
+    def write(folder: Path) -> None:
+        pipe = build()
+        for component in pipe.components.values():
+            save_on_any_rank(component)
+        pipe.save_pretrained(folder)
+
+    return materialize_folder(prefix, key, write, cache_dir)
+
+
+def save_on_any_rank(model) -> object:
+    """Let a transformers model built whole on this rank save its weights here. transformers writes weights only on
+    torch.distributed rank 0 (it assumes every rank holds the same or a sharded model that rank 0 writes), but a
+    twin is built by whichever rank fills its cache: with a node-local ``cluster.cache_dir``, the first rank of every
+    node. The override is on this instance only; other models keep transformers' rule."""
+    if hasattr(model, "should_save_on_this_rank"):
+        model.should_save_on_this_rank = lambda is_main_process=True: is_main_process
+    return model
 
 
 def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cache_dir: str | Path | None = None,
@@ -44,11 +61,23 @@ def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cac
             write(tmp)
             empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
             if empty:   # transformers writes no weights on a torch.distributed rank other than 0
-                raise RuntimeError(f"tiny twin components {empty} were not written: build the twin on rank 0 "
-                                   f"(the trainer does) or before initialising torch.distributed")
+                raise RuntimeError(f"tiny twin components {empty} were not written: pass transformers models "
+                                   f"through models.twins.save_on_any_rank before saving them")
             if not (tmp / marker).exists():
                 raise RuntimeError(f"{prefix}: the writer did not produce {marker}")
             tmp.rename(target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+class TinyTwin:
+    """Mixed in before a family's backbone (``class TinyFluxBackbone(TinyTwin, FluxBackbone)``): with
+    ``model.path=null`` the twin is written into ``model.cache_dir`` on first use (``materialize(cache_dir, seed)``,
+    e.g. :func:`models.tiny_flux.materialize_tiny_flux`) and loaded through the family's real adapter."""
+
+    materialize: Callable[[str | None, int], Path]
+
+    def __init__(self, cfg: Any, keep_reference: bool = False):
+        folder = cfg.path or str(type(self).materialize(cfg.cache_dir, cfg.seed))
+        super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)   # type: ignore[call-arg]

@@ -12,16 +12,16 @@ sigmas with a static ``flow_shift`` (3.0 for 480p, 5.0 for 720p), stepped with E
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any
 
 import torch
 
-from launcher.errors import ConfigError
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
+from models.sigma_grids import unipc_flow_sigmas
+from models.wan_config import WanModelConfig
+from rewardflow.errors import ConfigErrors, require
 
-#: Flash-GRPO's Wan LoRA targets (the added-KV projections exist only in image-to-video checkpoints)
-WAN_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 WAN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
 
@@ -34,42 +34,36 @@ def wan_model_timestep(sigma: torch.Tensor, integer: bool = True) -> torch.Tenso
 
 
 class WanBackbone(DiffusersBackbone):
-    """Wan2.1 T2V backbone.
-
-    Args:
-        path: hub id or local folder with ``transformer/ vae/ text_encoder/ tokenizer/ scheduler/``.
-        height, width: frame size in pixels (multiples of ``vae_scale_factor_spatial * 2``).
-        num_frames: frames per video, ``4k + 1`` (81 in the Wan2.1 / Flash-GRPO recipes; 1 = an image).
-        guidance_scale: CFG scale (pipeline default 5.0, Flash-GRPO 4.5); ``<= 1`` disables CFG (one forward).
-        negative_prompt: the unconditional prompt (the pipeline's and Flash-GRPO's default is ``""``).
-        max_sequence_length: UMT5 tokens; embeddings are zero-padded to it (pipeline default 512).
-        integer_timesteps: feed ``floor(1000 sigma)`` as UniPC's int64 timesteps (False: ``1000 sigma`` as float).
-        Other arguments as :class:`models.flux.FluxBackbone`.
+    """Wan2.1 T2V backbone, built from its typed config (:class:`models.wan_config.WanModelConfig`): ``cfg.path``
+    holds ``transformer/ vae/ text_encoder/ tokenizer/ scheduler/``; ``cfg.num_frames`` frames per video (``4k + 1``;
+    1 = an image); CFG with ``cfg.guidance_scale`` and ``cfg.negative_prompt``; UMT5 embeddings zero-padded to
+    ``cfg.max_sequence_length``; ``cfg.integer_timesteps`` feeds ``floor(1000 sigma)`` as UniPC's int64 timesteps.
+    ``keep_reference`` as :class:`models.flux.FluxBackbone`.
     """
 
     name = "wan2.1"
     family = "Wan2.1"
     hub_id = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
     block_attrs = ("blocks",)
-    parallelize_key = "wan"
+    video = True
+    #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE: 4)
+    vae_temporal_factor: int = 4
 
-    def __init__(self, path: str = hub_id, height: int = 480, width: int = 832, num_frames: int = 81,
-                 guidance_scale: float = 5.0, negative_prompt: str = "", max_sequence_length: int = 512,
-                 integer_timesteps: bool = True, finetune: str = "lora", lora_rank: int = 16,
-                 lora_alpha: float = 32.0, lora_targets: Sequence[str] = WAN_LORA_TARGETS,
-                 gradient_checkpointing: bool = False, keep_reference: bool = False, device: str = "auto",
-                 dtype: str = "auto", name: str | None = None, prompt_cache_size: int | None = 4096,
-                 text_encoders: str = "offload",
-                 reference_dtype: str = "bfloat16", base_sharding: str = "shard"):
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        n, tf = cfg.model.num_frames, cls.vae_temporal_factor
+        errors.require(n >= 1 and (n - 1) % tf == 0, "model.num_frames",
+                       f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})")
+
+    def __init__(self, cfg: WanModelConfig, keep_reference: bool = False):
         import diffusers
         from diffusers import AutoencoderKLWan, WanPipeline, WanTransformer3DModel
         from transformers import AutoTokenizer, UMT5EncoderModel
 
-        self._init_common(path, name, device, dtype, WAN_COMPONENTS, prompt_cache_size, text_encoders, finetune,
-                          reference_dtype, base_sharding)
-        self.height, self.width, self.num_frames = height, width, num_frames
-        self.guidance_scale, self.negative_prompt = float(guidance_scale), negative_prompt
-        self.max_sequence_length, self.integer_timesteps = max_sequence_length, integer_timesteps
+        self._init_common(cfg, WAN_COMPONENTS)
+        self.num_frames, self.integer_timesteps = cfg.num_frames, cfg.integer_timesteps
+        self.guidance_scale, self.negative_prompt = float(cfg.guidance_scale), cfg.negative_prompt
         self.transformer = self._load_transformer(WanTransformer3DModel)
         self.vae = self._load(AutoencoderKLWan, "vae", torch_dtype=torch.float32).requires_grad_(False).eval()
         sched_cls = getattr(diffusers, self.loader.load_config(diffusers.UniPCMultistepScheduler, "scheduler")
@@ -79,15 +73,12 @@ class WanBackbone(DiffusersBackbone):
                                 text_encoder=self._load_frozen(UMT5EncoderModel, "text_encoder"),
                                 vae=self.vae, scheduler=self.scheduler, transformer=self.transformer)
         sf, tf = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
-        p_t, p_h, p_w = self.transformer.config.patch_size
-        if height % (sf * p_h) or width % (sf * p_w):
-            raise ValueError(f"model.height/width must be multiples of {sf * p_h} for Wan (got {height}x{width})")
-        if num_frames < 1 or (num_frames - 1) % tf:
-            raise ConfigError(f"model.num_frames must be {tf}k + 1 for this VAE (e.g. 1, 5, 81; got {num_frames})")
-        self._init_training(lora_rank, lora_alpha, lora_targets, keep_reference, gradient_checkpointing,
-                            [self.pipe.text_encoder], self.vae)
-        self._latent_shape = (self.transformer.config.in_channels, (num_frames - 1) // tf + 1, height // sf,
-                              width // sf)
+        self._require_image_size(sf * self.transformer.config.patch_size[1])
+        require(self.num_frames >= 1 and (self.num_frames - 1) % tf == 0, "model.num_frames",
+                f"must be {tf}k + 1 for the VAE of model.path={self.path!r} (got {self.num_frames})")
+        self._init_training(keep_reference, [self.pipe.text_encoder], self.vae)
+        self._latent_shape = (self.transformer.config.in_channels, (self.num_frames - 1) // tf + 1,
+                              self.height // sf, self.width // sf)
         z = self.vae.config.z_dim
         self._lat_mean = torch.tensor(self.vae.config.latents_mean, dtype=torch.float32).view(1, z, 1, 1, 1)
         self._lat_std = torch.tensor(self.vae.config.latents_std, dtype=torch.float32).view(1, z, 1, 1, 1)
@@ -119,20 +110,14 @@ class WanBackbone(DiffusersBackbone):
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         return wan_model_timestep(sigma, self.integer_timesteps)
 
+    def pipeline_kwargs(self) -> dict:
+        return {**super().pipeline_kwargs(), "num_frames": self.num_frames}
+
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        b = latents.shape[0]
-        enc = embeds.tensors["prompt_embeds"]
-        x, t = latents, self.model_timestep(sigma).to(latents.dtype)
-        if self.do_cfg:                                          # one forward over [uncond, cond]
-            enc = torch.cat([embeds.shared["neg_prompt_embeds"].expand(b, -1, -1), enc])
-            x, t = torch.cat([x, x]), torch.cat([t, t])
-        with self._autocast():
-            out = self._active(hidden_states=x, timestep=t, encoder_hidden_states=enc, return_dict=False)[0].float()
-        if self.do_cfg:
-            v_u, v_c = out.chunk(2)
-            return self.cfg_combine(v_u, v_c, self.guidance_scale)
-        return out
+        return self.guided_velocity(latents, self.model_timestep(sigma).to(latents.dtype),
+                                    cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"]},
+                                    uncond={"encoder_hidden_states": embeds.shared.get("neg_prompt_embeds")})
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Frames ``(B, F, 3, H, W)`` in [0, 1]."""
@@ -146,5 +131,9 @@ class WanBackbone(DiffusersBackbone):
         lat = self.vae.encode(x).latent_dist.mean.float()
         return (lat - self._lat_mean.to(lat.device)) / self._lat_std.to(lat.device)
 
-    def scheduler_config(self) -> dict:
-        return {"_class_name": type(self.scheduler).__name__, **dict(self.scheduler.config)}
+    def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
+        """UniPC's flow sigmas with ``flow_shift = shift`` (3 for 480p, 5 for 720p), stepped with Euler; a
+        checkpoint with a flow-match Euler scheduler gets that scheduler's static-shift grid."""
+        if type(self.scheduler).__name__ == "UniPCMultistepScheduler":
+            return unipc_flow_sigmas(num_steps, shift, dict(self.scheduler.config))
+        return super().sigmas(num_steps, shift)

@@ -1,20 +1,23 @@
 """The reward interface.
 
-A reward is an ``nn.Module`` mapping images in [0, 1] and their prompts to one score per image. It is frozen and
-declares whether its score is differentiable in the image, which gradient-based methods (adjoint matching) require;
-the composed config is checked against that declaration (:meth:`Reward.is_differentiable`) and against what the
-reward needs (:meth:`Reward.check_config`: its prompts, its weights on disk) before any model is built.
+A reward is an ``nn.Module`` mapping images in [0, 1] and their prompts to one score per image, built from its typed
+config (``RewardCls(cfg)``). It is frozen and declares whether its score is differentiable in the image, which
+gradient-based methods (adjoint matching) require; the composed config is checked against that declaration
+(:meth:`Reward.is_differentiable`) and against what the reward needs (its ``check`` hook: its prompts, its weights on
+disk) before any model is built.
 
 Videos (B, F, 3, H, W) are scored frame by frame and reduced per video: ``mean`` over frames, or ``topk_mean``, the
 mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the top 30%).
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Any, Iterable
 
 import torch
-from omegaconf import DictConfig
 from torch import nn
+
+from rewardflow.errors import ConfigErrors
+from rewards.base_config import FrameReduce, RewardConfig
 
 
 class Reward(nn.Module):
@@ -23,27 +26,26 @@ class Reward(nn.Module):
     #: whether ``score`` is differentiable with respect to the images (class attribute, read before building)
     differentiable: bool = False
 
-    def __init__(self, name: str, frame_reduce: str = "mean", frame_topk_frac: float = 0.3):
+    def __init__(self, cfg: RewardConfig):
         super().__init__()
-        if frame_reduce not in FRAME_REDUCTIONS:
-            raise ValueError(f"reward.frame_reduce must be one of {FRAME_REDUCTIONS} (got {frame_reduce!r})")
-        self.name = name
-        self.frame_reduce = frame_reduce
-        self.frame_topk_frac = frame_topk_frac
+        self.cfg = cfg
+        self.name = cfg.name
+        self.frame_reduce = cfg.frame_reduce
+        self.frame_topk_frac = cfg.frame_topk_frac
 
     @classmethod
-    def check_prompts(cls, prompts: list[str]) -> None:
-        """Raise ``ValueError`` (naming the problem) if the reward cannot score these prompts."""
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
+        record in ``errors`` what this reward cannot run with, e.g. its weights missing offline. ``cfg`` is the whole
+        run config (typed; the reward's is ``cfg.reward``). A reward nested in ``reward=multi`` is checked with
+        ``cfg.reward`` set to its own config and ``errors`` naming its place (``errors.key("reward.path")``)."""
+        r = cfg.reward
+        if r.frame_reduce == FrameReduce.topk_mean:
+            errors.require(0 < r.frame_topk_frac <= 1, "reward.frame_topk_frac", f"must be in (0, 1] with "
+                           f"frame_reduce=topk_mean (got {r.frame_topk_frac}): the fraction of the frames averaged")
 
     @classmethod
-    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
-        """Raise ``ValueError`` / :class:`launcher.errors.ConfigError` if this reward's config ``cfg`` (found at
-        ``key``) cannot run with ``prompts``, e.g. its weights are missing offline. Called by config validation,
-        before any model is built. The default checks the prompts only."""
-        cls.check_prompts(prompts)
-
-    @classmethod
-    def is_differentiable(cls, cfg: DictConfig) -> bool:
+    def is_differentiable(cls, cfg: RewardConfig) -> bool:
         """Whether the reward built from ``cfg`` is differentiable (a class fact unless it depends on the config,
         as for a weighted sum of rewards)."""
         return cls.differentiable
@@ -84,12 +86,9 @@ class Reward(nn.Module):
         return reduce_frames(scores.view(-1, frames), self.frame_reduce, self.frame_topk_frac)
 
 
-FRAME_REDUCTIONS = ("mean", "topk_mean")
-
-
 def reduce_frames(scores: torch.Tensor, how: str = "mean", topk_frac: float = 0.3) -> torch.Tensor:
     """Per-video score from per-frame scores (B, F)."""
-    if how == "mean":
+    if how == FrameReduce.mean:
         return scores.mean(1)
     k = max(1, int(round(topk_frac * scores.shape[1])))
     return scores.topk(k, dim=1).values.mean(1)

@@ -16,22 +16,15 @@ only the backbone's transformer.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.errors import ConfigErrors
 from rewards.base import Reward
-
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-          "fp16": torch.float16, "float16": torch.float16}
-
-
-def compute_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise ValueError(f"reward.dtype must be auto or one of {sorted(DTYPES)} (got {dtype!r})")
-    return DTYPES[dtype]
 
 
 class CLIPStyleReward(Reward):
@@ -39,11 +32,16 @@ class CLIPStyleReward(Reward):
     #: prompts whose embeddings are kept; the cache is emptied when it grows past this
     text_cache_size = 4096
 
-    def __init__(self, name: str, dtype: str = "auto", **frames):
-        super().__init__(name, **frames)
-        compute_dtype(dtype, torch.device("cpu"))             # reject a bad value before loading weights
-        self.dtype_name = dtype
+    def __init__(self, cfg: Any):
+        super().__init__(cfg)
+        self.dtype_name = cfg.dtype
         self._text_cache: dict[str, torch.Tensor] = {}
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        errors.require(cfg.reward.dtype not in (Dtype.float64, Dtype.fp64), "reward.dtype",
+                       f"{cfg.reward.dtype} is not a compute dtype of the reward models. Fix: reward.dtype=auto")
 
     # -- what a subclass provides ---------------------------------------------------------------------------------
     model: nn.Module
@@ -68,7 +66,7 @@ class CLIPStyleReward(Reward):
 
     def _match_device_dtype(self) -> torch.dtype:
         param = next(self.model.parameters())
-        target = compute_dtype(self.dtype_name, param.device)
+        target = torch_dtype(self.dtype_name, param.device.type)
         if param.dtype != target:
             self.model.to(target)
             self._text_cache.clear()

@@ -6,10 +6,14 @@ Cheap, differentiable and needs no download, so the CPU demo can show learning. 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import torch
 
+from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import prompts_or_none
 from rewards.base import Reward
+from rewards.color_config import ColorRewardConfig
 
 COLOURS = {
     "red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0), "yellow": (1.0, 1.0, 0.0),
@@ -27,18 +31,19 @@ def named_colours(prompt: str) -> list[str]:
 class ColorReward(Reward):
     differentiable = True
 
-    def __init__(self, name: str = "color", **frames):
-        super().__init__(name, **frames)
+    def __init__(self, cfg: ColorRewardConfig):
+        super().__init__(cfg)
         self.register_buffer("_table", torch.tensor(list(COLOURS.values())), persistent=False)
         self._index = {c: i for i, c in enumerate(COLOURS)}
 
     @classmethod
-    def check_prompts(cls, prompts: list[str]) -> None:
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        prompts = prompts_or_none(cfg.data) or []           # unreadable prompts: the data check reports them
         bad = [p for p in prompts if len(set(named_colours(p))) != 1]
-        if bad:
-            raise ValueError(f"reward=color needs every prompt to name exactly one colour of {sorted(COLOURS)}; "
-                             f"{len(bad)} do not, e.g. {bad[0]!r}. Fix: use data=demo or a prompt file that "
-                             f"names colours, or pick another reward")
+        errors.require(not bad, "reward", f"reward=color needs every prompt to name exactly one colour of "
+                       f"{sorted(COLOURS)}; {len(bad)} do not, e.g. {bad[0] if bad else ''!r}. Fix: use data=demo "
+                       f"or a prompt file that names colours, or pick another reward")
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         idx = torch.tensor([self._index[named_colours(p)[0]] for p in prompts], device=images.device)

@@ -13,35 +13,36 @@ reward is defined (though meaningless) on real images too. Differentiable.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any
 
 import torch
 
+from rewardflow.errors import ConfigErrors
 from rewards.base import Reward
-
-KINDS = ("quadratic", "linear")
+from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
 
 class GaussianTiltReward(Reward):
     differentiable = True
 
-    def __init__(self, name: str = "gaussian_tilt", kind: str = "quadratic", gamma: float = 1.0,
-                 target: Sequence[float] = (2.0,), direction: Sequence[float] = (1.0,), **frames):
-        super().__init__(name, **frames)
-        if kind not in KINDS:
-            raise ValueError(f"reward.kind must be one of {KINDS} (got {kind!r})")
-        for what, v in (("target", target), ("direction", direction)):
-            if len(v) not in (1, 3):
-                raise ValueError(f"reward.{what} needs 1 or 3 values (one per image channel), got {len(v)}")
-        self.kind, self.gamma = kind, float(gamma)
-        self.register_buffer("_target", torch.tensor(list(target), dtype=torch.float64), persistent=False)
-        self.register_buffer("_direction", torch.tensor(list(direction), dtype=torch.float64), persistent=False)
+    def __init__(self, cfg: GaussianTiltRewardConfig):
+        super().__init__(cfg)
+        self.kind, self.gamma = cfg.kind, float(cfg.gamma)
+        self.register_buffer("_target", torch.tensor(list(cfg.target), dtype=torch.float64), persistent=False)
+        self.register_buffer("_direction", torch.tensor(list(cfg.direction), dtype=torch.float64), persistent=False)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        for key in ("target", "direction"):
+            n = len(getattr(cfg.reward, key))
+            errors.require(n in (1, 3), f"reward.{key}", f"needs 1 or 3 values (one per image channel), got {n}")
 
     def _per_channel(self, v: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         return v.to(images.device, images.dtype).expand(3)[None, :, None, None]
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
-        if self.kind == "quadratic":
+        if self.kind == TiltKind.quadratic:
             return -0.5 * self.gamma * ((images - self._per_channel(self._target, images)) ** 2).flatten(1).sum(1)
         return (images * self._per_channel(self._direction, images)).flatten(1).sum(1)
 
@@ -54,7 +55,7 @@ class GaussianTiltReward(Reward):
         mu0, var0 = mu0.double(), var0.double()
         d = mu0.numel()
         ch = channel_of_dim if channel_of_dim is not None else torch.arange(d) // max(1, d // 3)
-        if self.kind == "quadratic":
+        if self.kind == TiltKind.quadratic:
             y = self._target.double().expand(3)[ch]
             prec = 1.0 / var0 + reward_scale * self.gamma
             var = 1.0 / prec

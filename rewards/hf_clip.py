@@ -19,11 +19,13 @@ Under GRPO a constant scale cancels in the per-group advantages; it matters for 
 """
 from __future__ import annotations
 
-import torch
-from omegaconf import DictConfig
+from typing import Any
 
-from launcher.errors import ConfigError
+import torch
+
+from rewardflow.errors import ConfigErrors
 from rewards.clip_base import CLIPStyleReward
+from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
 from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
 from rewards.weights import HF_PROCESSOR, HF_WEIGHTS, require_files
 
@@ -41,23 +43,17 @@ def _features(out) -> torch.Tensor:
 
 
 class HFCLIPReward(CLIPStyleReward):
-    """A ``CLIPModel`` reward: ``logit_scale.exp() x cosine(image, prompt) / divide_by``.
+    """A ``CLIPModel`` reward: ``logit_scale.exp() x cosine(image, prompt) / divide_by``, built from its typed config:
+    ``cfg.path`` is a hub id or local folder of the ``CLIPModel`` (``config.json`` + safetensors or .bin weights),
+    ``cfg.processor_path`` that of the processor (tokenizer + ``preprocessor_config.json``; null: ``path``),
+    ``cfg.divide_by`` the scale convention (see the module docstring)."""
 
-    Args:
-        path: hub id or local folder of the ``CLIPModel`` (``config.json`` + safetensors or .bin weights).
-        processor_path: hub id or folder of the processor (tokenizer + ``preprocessor_config.json``); null: ``path``.
-        divide_by: the scale convention (see the module docstring).
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) or an explicit dtype.
-    """
-
-    def __init__(self, path: str, processor_path: str | None = None, divide_by: float = 1.0, name: str = "clip",
-                 dtype: str = "auto", **frames):
-        super().__init__(name, dtype=dtype, **frames)
+    def __init__(self, cfg: PickScoreRewardConfig | CLIPScoreRewardConfig):
+        super().__init__(cfg)
         from transformers import CLIPImageProcessor, CLIPModel, CLIPTokenizer
 
-        if divide_by <= 0:
-            raise ValueError(f"reward.divide_by must be > 0 (got {divide_by})")
-        self.divide_by = float(divide_by)
+        path, processor_path = cfg.path, cfg.processor_path
+        self.divide_by = float(cfg.divide_by)
         self.model = CLIPModel.from_pretrained(path, torch_dtype=torch.float32)
         # the processor's two halves by their concrete classes: AutoProcessor/AutoTokenizer resolve the class from
         # config.json, which a processor-only folder lacks and which offline hub loading then cannot find
@@ -87,13 +83,15 @@ class HFCLIPReward(CLIPStyleReward):
         self.mean, self.std = tuple(ip.image_mean), tuple(ip.image_std)
 
     @classmethod
-    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
-        super().check_config(cfg, prompts, key)
-        if cfg.divide_by <= 0:
-            raise ConfigError(f"{key}.divide_by must be > 0 (got {cfg.divide_by})")
-        require_files(f"{key}.path", cfg.path, ["config.json", HF_WEIGHTS])
-        processor_key = f"{key}.processor_path" if cfg.processor_path else f"{key}.path"
-        require_files(processor_key, cfg.processor_path or cfg.path, HF_PROCESSOR)
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        r, key = cfg.reward, errors.key("reward")
+        errors.require(r.divide_by > 0, "reward.divide_by", f"must be > 0 (got {r.divide_by})")
+        with errors.collect():
+            require_files(f"{key}.path", r.path, ["config.json", HF_WEIGHTS])
+        with errors.collect():
+            require_files(f"{key}.processor_path" if r.processor_path else f"{key}.path", r.processor_path or r.path,
+                          HF_PROCESSOR)
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         if self.shortest_edge:
@@ -118,15 +116,6 @@ class HFCLIPReward(CLIPStyleReward):
 class PickScoreReward(HFCLIPReward):
     """PickScore_v1: raw ``logit_scale x cosine`` by default, ``divide_by=26`` for the ~0-1 convention."""
 
-    def __init__(self, path: str = "yuvalkirstain/PickScore_v1",
-                 processor_path: str | None = "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", divide_by: float = 1.0,
-                 name: str = "pickscore", **kwargs):
-        super().__init__(path, processor_path, divide_by, name, **kwargs)
-
 
 class CLIPScoreReward(HFCLIPReward):
     """CLIP ViT-L/14 image-text score, ``logits_per_image / 100`` (= cosine) by default."""
-
-    def __init__(self, path: str = "openai/clip-vit-large-patch14", processor_path: str | None = None,
-                 divide_by: float = 100.0, name: str = "clip", **kwargs):
-        super().__init__(path, processor_path, divide_by, name, **kwargs)

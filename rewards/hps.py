@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import torch
-from omegaconf import DictConfig
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigErrors
 from rewards.clip_base import CLIPStyleReward
+from rewards.hps_config import HPSRewardConfig
 from rewards.preprocess import normalize, resize_longest_and_pad
 from rewards.weights import fetch_file, require_files
-
-HPS_REPO = "xswu/HPSv2"
-HPS_V21_FILE = "HPS_v2.1_compressed.pt"
 
 
 def register_arch(arch: str) -> str:
@@ -38,23 +36,17 @@ def register_arch(arch: str) -> str:
 
 
 class HPSv21Reward(CLIPStyleReward):
-    """HPSv2.1 reward.
+    """HPSv2.1 reward, built from its typed config (:class:`rewards.hps_config.HPSRewardConfig`): ``cfg.path`` is a
+    hub id (default ``xswu/HPSv2``), a local folder holding ``cfg.filename``, or the checkpoint file itself (``.pt``
+    with a ``state_dict`` entry, or ``.safetensors``); ``cfg.arch`` an open_clip architecture (``ViT-H-14``) or a
+    model-config ``.json``."""
 
-    Args:
-        path: hub id (default ``xswu/HPSv2``), a local folder holding ``filename``, or the checkpoint file itself
-            (``.pt`` with a ``state_dict`` entry, or ``.safetensors``).
-        filename: checkpoint name inside ``path`` (``HPS_v2.1_compressed.pt``; ``HPS_v2_compressed.pt`` is v2.0).
-        arch: open_clip architecture (``ViT-H-14``) or a model-config ``.json``.
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) or an explicit dtype.
-    """
-
-    def __init__(self, path: str = HPS_REPO, filename: str = HPS_V21_FILE, arch: str = "ViT-H-14",
-                 name: str = "hps", dtype: str = "auto", **frames):
-        super().__init__(name, dtype=dtype, **frames)
+    def __init__(self, cfg: HPSRewardConfig):
+        super().__init__(cfg)
         import open_clip
 
-        arch_name = register_arch(arch)
-        checkpoint = fetch_file(path, filename)
+        arch_name = register_arch(cfg.arch)
+        checkpoint = fetch_file(cfg.path, cfg.filename)
         try:
             self.model = open_clip.create_model(arch_name, pretrained=str(checkpoint), weights_only=True,
                                                 require_pretrained=True, precision="fp32", device="cpu")
@@ -71,19 +63,20 @@ class HPSv21Reward(CLIPStyleReward):
         self._freeze()
 
     @classmethod
-    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
-        super().check_config(cfg, prompts, key)
-        require_files(f"{key}.path", cfg.path, [cfg.filename], allow_file=True)
-        arch = cfg.arch
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        key, arch = errors.key("reward"), cfg.reward.arch
+        with errors.collect():
+            require_files(f"{key}.path", cfg.reward.path, [cfg.reward.filename], allow_file=True)
         if arch.endswith(".json"):
-            if not Path(arch).expanduser().is_file():
-                raise ConfigError(f"{key}.arch={arch!r}: no such open_clip model config. Fix: {key}.arch=ViT-H-14")
+            errors.require(Path(arch).expanduser().is_file(), "reward.arch",
+                           f"{arch!r}: no such open_clip model config. Fix: {key}.arch=ViT-H-14")
         else:
             import open_clip
 
-            if arch not in open_clip.list_models():
-                raise ConfigError(f"{key}.arch={arch!r} is not an open_clip architecture. Fix: {key}.arch=ViT-H-14 "
-                                  f"(HPSv2.1), or a path to an open_clip model-config .json")
+            errors.require(arch in open_clip.list_models(), "reward.arch", f"{arch!r} is not an open_clip "
+                           f"architecture. Fix: {key}.arch=ViT-H-14 (HPSv2.1), or a path to an open_clip "
+                           f"model-config .json")
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         return normalize(resize_longest_and_pad(images, self.image_size))

@@ -8,14 +8,15 @@ import torch
 from PIL import Image
 
 from rewards.base import Reward
+from rewards.jpeg_config import JpegRewardConfig
 
 
 class JpegCompressibility(Reward):
     differentiable = False
 
-    def __init__(self, name: str = "jpeg_compressibility", quality: int = 95, **frames):
-        super().__init__(name, **frames)
-        self.quality = quality
+    def __init__(self, cfg: JpegRewardConfig):
+        super().__init__(cfg)
+        self.quality = cfg.quality
 
     @torch.no_grad()
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:

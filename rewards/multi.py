@@ -11,26 +11,29 @@ under ``no_grad``. Videos are reduced once, on the weighted per-frame sum, by th
 """
 from __future__ import annotations
 
-from typing import Mapping
+import dataclasses
+from typing import Any, Mapping
 
 import torch
 from hydra.utils import get_class
-from omegaconf import DictConfig
 from torch import nn
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError, ConfigErrors
 from rewards.base import Reward
-from rewards.normalization import NORMALIZATIONS, ScoreNormalizer
+from rewards.base_config import RewardConfig
+from rewards.multi_config import MultiRewardConfig
+from rewards.normalization import ScoreNormalizer
 
 #: metric names the trainer already uses under reward/
 RESERVED = ("mean", "std", "zero_std_frac")
 
 
-def _component_class(cfg: DictConfig, key: str) -> type[Reward]:
-    target = cfg.get("_target_") if isinstance(cfg, (dict, DictConfig)) else None
+def component_class(cfg: RewardConfig, key: str) -> type[Reward]:
+    """The reward class a component's config names (``<key>._target_``)."""
+    target = getattr(cfg, "_target_", None)
     try:
         cls = get_class(target)
-    except Exception as e:   # hydra wraps import errors
+    except Exception as e:  # noqa: BLE001 - hydra wraps import errors
         raise ConfigError(f"{key}._target_={target!r} cannot be imported ({e}). Fix: compose the component from a "
                           f"reward option, e.g. +reward@reward.components.<name>=hps") from None
     if not (isinstance(cls, type) and issubclass(cls, Reward)):
@@ -39,59 +42,53 @@ def _component_class(cfg: DictConfig, key: str) -> type[Reward]:
 
 
 class MultiReward(Reward):
-    """Weighted sum of component rewards.
-
-    Args:
-        components: name -> reward (hydra builds them from ``reward.components``).
-        weights: name -> weight, one per component.
-        normalize: ``none`` | ``batch`` | ``running``, applied to each component before weighting
-            (:mod:`rewards.normalization`).
-        norm_momentum: EMA rate of ``running`` statistics per call.
-    """
+    """Weighted sum of component rewards, built from its typed config
+    (:class:`rewards.multi_config.MultiRewardConfig`): each of ``cfg.components`` is built from its own config and
+    weighted by ``cfg.weights[name]`` after ``cfg.normalize`` (:mod:`rewards.normalization`). ``components`` gives
+    rewards already built instead (code that composes rewards itself)."""
 
     #: the config-dependent answer is :meth:`is_differentiable`; an instance sets its own
     differentiable = True
 
-    def __init__(self, components: Mapping[str, Reward], weights: Mapping[str, float], normalize: str = "none",
-                 norm_momentum: float = 0.05, name: str = "multi", **frames):
-        super().__init__(name, **frames)
-        components, weights = dict(components), {k: float(v) for k, v in dict(weights).items()}
+    def __init__(self, cfg: MultiRewardConfig, components: Mapping[str, Reward] | None = None):
+        super().__init__(cfg)
+        if components is None:
+            components = {n: component_class(c, f"reward.components.{n}")(c) for n, c in cfg.components.items()}
+        components, weights = dict(components), {k: float(v) for k, v in dict(cfg.weights).items()}
         if not components or set(components) != set(weights):
             raise ValueError(f"reward=multi needs one weight per component: components {sorted(components)}, "
                              f"weights {sorted(weights)}")
         self.components = nn.ModuleDict(components)
         self.weights = weights
-        self.normalizers = nn.ModuleDict({n: ScoreNormalizer(normalize, norm_momentum) for n in components})
+        self.normalizers = nn.ModuleDict({n: ScoreNormalizer(cfg.normalize, cfg.norm_momentum) for n in components})
         self.differentiable = all(c.differentiable or weights[n] == 0 for n, c in components.items())
         self._sums: dict[str, list[float]] = {}
 
     # -- config checks (before anything is built) ----------------------------------------------------------------
     @classmethod
-    def check_config(cls, cfg: DictConfig, prompts: list[str], key: str = "reward") -> None:
-        components, weights = cfg.get("components") or {}, cfg.get("weights") or {}
-        if not components:
-            raise ConfigError(f"{key}.components is empty. Fix: add one, e.g. +reward@{key}.components.hps=hps "
-                              f"+{key}.weights.hps=1.0")
-        if set(components) != set(weights):
-            raise ConfigError(f"{key}.weights must name exactly the components: components {sorted(components)}, "
-                              f"weights {sorted(weights)}. Fix: set {key}.weights.<name> for each component "
-                              f"(0 = score and log only)")
-        for n in components:
-            if n in RESERVED or "/" in n:
-                raise ConfigError(f"{key}.components.{n}: the name is taken by reward/{n} or not a metric name; "
-                                  f"rename the component")
-        if cfg.get("normalize", "none") not in NORMALIZATIONS:
-            raise ConfigError(f"{key}.normalize must be one of {NORMALIZATIONS} (got {cfg.normalize!r})")
-        if not 0 < cfg.get("norm_momentum", 0.05) <= 1:
-            raise ConfigError(f"{key}.norm_momentum must be in (0, 1] (got {cfg.norm_momentum})")
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        r, key = cfg.reward, errors.key("reward")
+        components, weights = r.components, r.weights
+        errors.require(bool(components), "reward.components", f"is empty. Fix: add one, e.g. "
+                       f"+reward@{key}.components.hps=hps +{key}.weights.hps=1.0")
+        errors.require(set(components) == set(weights), "reward.weights", f"must name exactly the components: "
+                       f"components {sorted(components)}, weights {sorted(weights)}. Fix: set {key}.weights.<name> "
+                       f"for each component (0 = score and log only)")
+        errors.require(0 < r.norm_momentum <= 1, "reward.norm_momentum", f"must be in (0, 1] (got {r.norm_momentum})")
         for n, c in components.items():
-            _component_class(c, f"{key}.components.{n}").check_config(c, prompts, f"{key}.components.{n}")
+            if not errors.require(n not in RESERVED and "/" not in n, f"reward.components.{n}",
+                                  f"the name is taken by reward/{n} or not a metric name; rename the component"):
+                continue
+            with errors.collect():
+                component = component_class(c, errors.key(f"reward.components.{n}"))
+                component.check(dataclasses.replace(cfg, reward=c), errors.under("reward", f"reward.components.{n}"))
 
     @classmethod
-    def is_differentiable(cls, cfg: DictConfig) -> bool:
-        components, weights = cfg.get("components") or {}, cfg.get("weights") or {}
-        return all(weights.get(n, 1.0) == 0 or _component_class(c, f"reward.components.{n}").is_differentiable(c)
-                   for n, c in components.items())
+    def is_differentiable(cls, cfg: MultiRewardConfig) -> bool:
+        return all(cfg.weights.get(n, 1.0) == 0
+                   or component_class(c, f"reward.components.{n}").is_differentiable(c)
+                   for n, c in cfg.components.items())
 
     # -- scoring --------------------------------------------------------------------------------------------------
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:

@@ -21,16 +21,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from launcher.distributed import all_reduce_sum
-
-NORMALIZATIONS = ("none", "batch", "running")
+from rewardflow.distributed import all_reduce_sum
+from rewards.multi_config import Normalization
 
 
 class ScoreNormalizer(nn.Module):
     def __init__(self, mode: str = "none", momentum: float = 0.05, eps: float = 1e-6):
         super().__init__()
-        if mode not in NORMALIZATIONS:
-            raise ValueError(f"normalize must be one of {NORMALIZATIONS} (got {mode!r})")
+        if mode not in tuple(Normalization):
+            raise ValueError(f"normalize must be one of {', '.join(Normalization)} (got {mode!r})")
         if not 0 < momentum <= 1:
             raise ValueError(f"norm_momentum must be in (0, 1] (got {momentum})")
         self.mode, self.momentum, self.eps = mode, momentum, eps

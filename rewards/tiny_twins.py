@@ -63,13 +63,14 @@ def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, lega
     from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor
 
     from models.tiny_tokenizers import make_clip_tokenizer
+    from models.twins import save_on_any_rank
 
     tok = make_clip_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = CLIPModel(CLIPConfig(text_config=dict(vocab_size=len(tok), **HF_TEXT), vision_config=HF_VISION,
                                      projection_dim=32)).eval()
-    model.save_pretrained(model_dir)
+    save_on_any_rank(model).save_pretrained(model_dir)
     if legacy_processor:
         processor_dir.mkdir(parents=True, exist_ok=True)
         (processor_dir / "preprocessor_config.json").write_text(json.dumps(LEGACY_PREPROCESSOR, indent=2))

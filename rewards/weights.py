@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from launcher.errors import ConfigError
+from rewardflow.errors import ConfigError
 
 #: one entry per needed file; a tuple lists acceptable alternatives (e.g. safetensors or a pickle .bin)
 FileSpec = Sequence["str | tuple[str, ...]"]

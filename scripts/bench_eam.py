@@ -39,25 +39,14 @@ os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disa
 
 import torch  # noqa: E402
 
+from launcher.config import compose  # noqa: E402
+
 COST_VARIANTS = {
     "eam": ["method=eam"],
     "eam_parity": ["method=eam", "method.loss_timesteps=20", "method.time_sampling=am_grid",
                    "method.sampling_steps=40"],
     "adjoint_matching": ["method=adjoint_matching", "method.sampling_steps=40"],
 }
-
-
-def compose(overrides: list[str]):
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=overrides)
 
 
 def make_trainer(overrides: list[str]):
@@ -187,16 +176,16 @@ def pretrained_twin(steps: int, batch: int = 32, lr: float = 1e-3, seed: int = 0
     if steps <= 0:
         return None
     from diffusers import FluxPipeline
-    from hydra.utils import instantiate
 
-    from models.twins import default_cache_dir
+    from launcher.components import build
     from models.tiny_pretrain import synthetic_colour_images
+    from models.twins import default_cache_dir
 
     cfg = compose(["model=tiny_flux"])
     path = default_cache_dir() / f"bench_eam_fm_twin-s{steps}-b{batch}-lr{lr}-seed{seed}.pt"
     if path.exists():
         return torch.load(path)
-    bb = instantiate(cfg.model, keep_reference=False)
+    bb = build(cfg.model, "model")
     prompts = list(cfg.data.prompts)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(bb.trainable_parameters(), lr=lr)

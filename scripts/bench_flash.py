@@ -54,13 +54,9 @@ def model_folder(config: str) -> Path:
 
 
 def build_trainers(args, run_root: Path) -> dict:
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
+    from launcher.config import compose
     from launcher.trainer import RunInfo, Trainer
 
-    register_configs()
     common = ["logger=none", "model=tiny_flux", f"model.path={model_folder(args.config)}",
               f"model.device={args.device}", f"method.sampling_steps={args.sampling_steps}",
               f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
@@ -70,9 +66,7 @@ def build_trainers(args, run_root: Path) -> dict:
     extra = {"flow_grpo_fast": [f"method.window_size={args.fast_window}"]}
     trainers = {}
     for name in METHODS:
-        GlobalHydra.instance().clear()
-        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-            cfg = compose(config_name="train", overrides=[f"method={name}", *common, *extra.get(name, [])])
+        cfg = compose([f"method={name}", *common, *extra.get(name, [])])
         trainers[name] = Trainer(cfg, RunInfo(run_dir=run_root / name))
     return trainers
 

@@ -20,27 +20,13 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
-def compose_model(model: str, overrides: list[str]):
-    """The ``model`` group of conf/train.yaml composed as the CLI does, with ``model.<key>=<value>`` overrides."""
-    from pathlib import Path
-
-    from hydra import compose, initialize_config_dir
-
-    from launcher.config import register_configs
-
-    register_configs()
-    conf = str(Path(__file__).resolve().parents[1] / "conf")
-    with initialize_config_dir(config_dir=conf, version_base="1.3"):
-        cfg = compose(config_name="train", overrides=[f"model={model}", *[f"model.{o}" for o in overrides]])
-    return cfg.model
-
-
 def bench(model: str, overrides: list[str], batch: int, reps: int) -> dict:
-    from hydra.utils import instantiate
+    from launcher.components import build
+    from launcher.config import compose
 
-    cfg = compose_model(model, overrides)
+    cfg = compose([f"model={model}", *[f"model.{o}" for o in overrides]]).model
     t0 = time.perf_counter()
-    bb = instantiate(cfg)
+    bb = build(cfg, "model")
     out = {"model": model, "finetune": cfg.finetune, "load_s": time.perf_counter() - t0,
            "trainable_params": sum(p.numel() for p in bb.trainable_parameters()),
            "transformer_params": sum(p.numel() for p in bb.transformer.parameters())}

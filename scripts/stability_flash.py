@@ -43,18 +43,11 @@ VARIANTS = {
 
 
 def build(variant: str, seed: int, steps: int, out: Path, extra: list[str]):
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
+    from launcher.config import compose
     from launcher.trainer import RunInfo, Trainer
 
-    register_configs()
-    GlobalHydra.instance().clear()
-    overrides = ["method=flash_grpo", "logger=none", f"trainer.seed={seed}", f"trainer.steps={steps}",
-                 "trainer.sample_every=0", "trainer.progress=false", *VARIANTS[variant], *extra]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=overrides)
+    cfg = compose(["method=flash_grpo", "logger=none", f"trainer.seed={seed}", f"trainer.steps={steps}",
+                   "trainer.sample_every=0", "trainer.progress=false", *VARIANTS[variant], *extra])
     return Trainer(cfg, RunInfo(run_dir=out / f"{variant}_seed{seed}"))
 
 

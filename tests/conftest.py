@@ -7,10 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from launcher.config import compose  # noqa: F401 - tests compose through conftest
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true",
+# WANDB_MODE=offline: logger.mode=auto would log online for a developer who ran `wandb login`
+os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true", WANDB_MODE="offline",
                   HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
 os.environ.pop("WANDB_API_KEY", None)
 
@@ -31,22 +34,17 @@ def tiny_rewards(twin_cache) -> Path:
     return materialize_tiny_rewards(twin_cache)
 
 
+@pytest.fixture(scope="session")
+def slurm_reference(tmp_path_factory, twin_cache) -> Path:
+    """The uninterrupted 2-rank run that the SLURM tests' interrupted and multi-node jobs reproduce (tests/
+    slurm_support.py); built once for test_slurm.py and test_slurm_multinode.py."""
+    from slurm_support import reference_run
+
+    return reference_run(tmp_path_factory.mktemp("reference"))
+
+
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-
-
-def compose(overrides: list[str] | None = None):
-    """Compose conf/train.yaml exactly as the CLI does (schemas registered)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from launcher.config import register_configs
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return hydra_compose(config_name="train", overrides=list(overrides or []))
 
 
 def rewardflow_cmd() -> list[str]:
@@ -70,3 +68,18 @@ def grad_error(grads: dict, reference: dict) -> float:
     assert grads.keys() == reference.keys() and reference
     diff = sum(float((grads[k] - g).square().sum()) for k, g in reference.items())
     return (diff / sum(float(g.square().sum()) for g in reference.values())) ** 0.5
+
+
+@pytest.fixture
+def no_model_building(monkeypatch):
+    """Building any model option's backbone fails the test: config errors must come before that."""
+    from hydra.utils import get_class
+
+    from launcher.config import all_schemas
+
+    def boom(self, *args, **kwargs):
+        raise AssertionError(f"{type(self).__name__} was built before the config was validated")
+    for schema in all_schemas()["model"].values():
+        for cls in get_class(schema._target_).__mro__[:-1]:            # all but object
+            if "__init__" in vars(cls):
+                monkeypatch.setattr(cls, "__init__", boom)

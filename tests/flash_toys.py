@@ -118,11 +118,14 @@ def flash_method(backbone: Backbone, overrides: list[str] | None = None, sigmas:
                  monkeypatch=None):
     """A :class:`FlashGRPO` from conf/method/flash_grpo.yaml (+ ``overrides``); ``sigmas`` replaces the schedule
     (e.g. Wan's UniPC sigmas) through ``monkeypatch``."""
+    from omegaconf import OmegaConf
+
     from conftest import compose
+    from launcher.validate import validate
     from methods.flash_grpo import FlashGRPO
 
     cfg = compose(["method=flash_grpo", *[f"method.{o}" for o in (overrides or [])]])
     if sigmas is not None:
         monkeypatch.setattr("methods.grpo.make_sigmas", lambda *a, **k: sigmas.clone())
-    FlashGRPO.check_config(cfg)
-    return FlashGRPO(cfg.method, backbone)
+    validate(cfg)
+    return FlashGRPO(OmegaConf.to_object(cfg.method), backbone)

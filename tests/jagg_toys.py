@@ -9,9 +9,9 @@ import torch
 from omegaconf import OmegaConf
 from torch import nn
 
-from launcher.schemas.jagg import JAGGConfig
 from methods.base import Rollout
 from methods.jagg import JAGG
+from methods.jagg_config import JAGGConfig
 from methods.sde import FlowSDEScheduler
 from models.backbone import Backbone, PromptEmbeds
 
@@ -77,7 +77,7 @@ def make_jagg(net: nn.Module, dim: int, **overrides) -> JAGG:
     values = dict(base="dance_grpo", sampling_steps=21, shift=3.0, eta=0.3, window=4, jagg_frac=1.0,
                   quantize_timestep=False, clip_range=1e-4, group_size=2, prompts_per_step=1)
     values.update(overrides)
-    method = JAGG(OmegaConf.structured(JAGGConfig(**values)), ToyBackbone(net, dim))
+    method = JAGG(OmegaConf.to_object(OmegaConf.structured(JAGGConfig(**values))), ToyBackbone(net, dim))
     method.sigmas = fp32_exact(method.sigmas)
     method.sde = FlowSDEScheduler(method.sigmas, method.cfg.noise_kernel, method.cfg.eta)
     return method

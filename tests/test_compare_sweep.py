@@ -218,7 +218,7 @@ def test_compare_refuses_a_sweep_mixed_with_another_reward(sweep):
     proc = _compare(str(folder), str(single), "--out", str(root / "mixed"))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
-    assert "reward.name = color (4 runs), jpeg_compressibility (1 run)" in proc.stderr, proc.stderr
+    assert "reward.name = color (4 runs), jpeg (1 run)" in proc.stderr, proc.stderr
     assert "--where reward.name=color" in proc.stderr and "--allow-mixed reward.name" in proc.stderr
     # following the message's first fix works
     proc = _compare(str(folder), str(single), "--where", "reward.name=color", "--out", str(root / "fixed"))

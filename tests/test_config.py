@@ -1,8 +1,12 @@
 """Config composition over every group option and method x reward pair, and fail-fast validation (issue 2)."""
 from __future__ import annotations
 
+import dataclasses
+import enum
 import itertools
 import subprocess
+import sys
+import typing
 
 import pytest
 from hydra.errors import ConfigCompositionException, MissingConfigException
@@ -10,10 +14,10 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
-from launcher.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
+from rewardflow.errors import ConfigError
 from rewards.tiny_twins import tiny_reward_overrides
 
 GROUPS = ["method", "model", "reward", "data", "cluster", "logger", "experiment"]
@@ -71,14 +75,6 @@ def test_method_yaml_values_reach_the_config():
 
 
 # ---------------------------------------------------------------------------------------- fail fast, clearly
-@pytest.fixture
-def no_model_building(monkeypatch):
-    """Any attempt to build a model fails the test: errors must come before that."""
-    def boom(*a, **k):
-        raise AssertionError("a model was built before the config was validated")
-    monkeypatch.setattr("models.flux.FluxBackbone.__init__", boom)
-
-
 class DifferentiableOnlyMethod(GRPO):
     requires_differentiable_reward = True
 
@@ -108,6 +104,26 @@ def test_bad_values_fail_before_any_model_is_built(overrides, key, no_model_buil
     assert "Fix" in str(err.value) or "must" in str(err.value)
 
 
+def enum_fields(group: str, option: str) -> list[tuple[str, list[str]]]:
+    """``(key, valid values)`` of every mode (Enum-typed field) of ``<group>=<option>``'s config."""
+    schema = OmegaConf.get_type(compose([f"{group}={option}"])[group])
+    hints = typing.get_type_hints(schema)
+    return [(f"{group}.{f.name}", [m.value for m in hints[f.name]]) for f in dataclasses.fields(schema)
+            if isinstance(hints[f.name], type) and issubclass(hints[f.name], enum.Enum)]
+
+
+MODES = [(group, option, key, valid) for group in ("method", "model", "reward", "logger")
+         for option in group_options(group) for key, valid in enum_fields(group, option)]
+
+
+@pytest.mark.parametrize("group,option,key,valid", MODES, ids=[f"{g}={o}:{k}" for g, o, k, _ in MODES])
+def test_an_unknown_mode_fails_at_composition_listing_the_valid_values(group, option, key, valid):
+    with pytest.raises(ConfigCompositionException) as err:
+        compose([f"{group}={option}", f"{key}=no_such_mode"])
+    message = str(err.value) + str(err.value.__cause__)
+    assert key in message and all(v in message for v in valid), message
+
+
 def test_unknown_option_and_key_fail_at_composition():
     with pytest.raises(MissingConfigException, match="method/no_such_method"):
         compose(["method=no_such_method"])
@@ -115,6 +131,17 @@ def test_unknown_option_and_key_fail_at_composition():
         compose(["method.no_such_key=1"])
     with pytest.raises(ConfigCompositionException):
         compose(["method.group_size=many"])
+
+
+def test_composition_imports_neither_torch_nor_diffusers():
+    """`rewardflow --cfg job` and `--help` compose configs only: every config module stays light, so the CLI answers
+    (and the preemption handler is installed) before the slow imports."""
+    code = ("import sys; from launcher.cli import main; from conftest import compose, group_options; "
+            f"[compose([f'{{g}}={{o}}']) for g in {GROUPS!r} for o in group_options(g)]; "
+            "heavy = [m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules]; "
+            "print(heavy); sys.exit(1 if heavy else 0)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_jsonl_prompt_file_and_field(tmp_path, no_model_building):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from methods.schedule import make_sigmas, quantize_model_time, time_shift
-from models.flux import pipeline_sigma_keys
+from methods.schedule import quantize_model_time, time_shift
+from models.sigma_grids import custom_sigmas, static_shift_sigmas, unipc_flow_sigmas
 from models.wan import wan_model_timestep
 
 # scheduler/scheduler_config.json of the real checkpoints
@@ -43,10 +43,10 @@ def _pipeline_grid(pipeline_module: str, config: dict, steps: int, image_seq_len
 def test_flux_grid_is_the_pipelines_resolution_dependent_shift(height, width, steps):
     seq = (height // 16) * (width // 16)
     expected = _pipeline_grid("diffusers.pipelines.flux.pipeline_flux", FLUX_DEV, steps, seq)
-    ours = make_sigmas("scheduler", steps, 3.0, {**FLUX_DEV, **pipeline_sigma_keys(seq, dynamic_shift=True)})
+    ours = custom_sigmas(steps, 3.0, FLUX_DEV, seq, dynamic_shift=True)
     torch.testing.assert_close(ours, expected, rtol=0, atol=0)
-    assert torch.equal(make_sigmas("scheduler", steps, 5.0, {**FLUX_DEV, **pipeline_sigma_keys(seq, True)}), ours)
-    static = make_sigmas("scheduler", steps, 3.0, {**FLUX_DEV, **pipeline_sigma_keys(seq, dynamic_shift=False)})
+    assert torch.equal(custom_sigmas(steps, 5.0, FLUX_DEV, seq, dynamic_shift=True), ours)
+    static = custom_sigmas(steps, 3.0, FLUX_DEV, seq, dynamic_shift=False)
     s = torch.linspace(1, 1 / steps, steps, dtype=torch.float64)
     torch.testing.assert_close(static[:-1], time_shift(s, 3.0), rtol=0, atol=1e-6)   # model.dynamic_shift=false
 
@@ -55,7 +55,7 @@ def test_flux_grid_is_the_pipelines_resolution_dependent_shift(height, width, st
 def test_qwenimage_grid_is_the_pipelines_shift_with_terminal_sigma(height, width, steps):
     seq = (height // 16) * (width // 16)
     expected = _pipeline_grid("diffusers.pipelines.qwenimage.pipeline_qwenimage", QWEN_IMAGE, steps, seq)
-    ours = make_sigmas("scheduler", steps, 3.0, {**QWEN_IMAGE, **pipeline_sigma_keys(seq, dynamic_shift=True)})
+    ours = custom_sigmas(steps, 3.0, QWEN_IMAGE, seq, dynamic_shift=True)
     torch.testing.assert_close(ours, expected, rtol=0, atol=0)
     assert float(ours[0]) == pytest.approx(1.0) and float(ours[-2]) == pytest.approx(0.02, abs=1e-6)
     assert float(ours[-1]) == 0.0
@@ -66,7 +66,7 @@ def test_sd35_grid_is_the_static_shift_with_the_doubly_shifted_endpoint():
 
     sched = FlowMatchEulerDiscreteScheduler(**SD35_MEDIUM)
     sched.set_timesteps(10)
-    ours = make_sigmas("scheduler", 10, 3.0, dict(sched.config))
+    ours = static_shift_sigmas(10, 3.0, dict(sched.config))
     torch.testing.assert_close(ours, sched.sigmas.double(), rtol=0, atol=0)
     sigma_min = float(time_shift(torch.tensor(1e-3, dtype=torch.float64), 3.0))         # 0.002994, shifted once
     assert float(ours[-2]) == pytest.approx(float(time_shift(torch.tensor(sigma_min), 3.0)), rel=1e-5)
@@ -79,13 +79,13 @@ def test_wan_grid_is_unipc_flow_sigmas_and_timesteps_are_its_int64(steps):
 
     sched = UniPCMultistepScheduler.from_config(WAN_T2V)
     sched.set_timesteps(steps)
-    ours = make_sigmas("scheduler", steps, 3.0, WAN_T2V)
+    ours = unipc_flow_sigmas(steps, 3.0, WAN_T2V)
     assert ours[0] == 1.0 and abs(float(sched.sigmas[0]) - 1) < 1e-5      # UniPC's -1e-6 guard undone
     torch.testing.assert_close(ours[1:], sched.sigmas[1:].double(), rtol=0, atol=0)
     assert ours[-1] == 0 and len(ours) == steps + 1
     # the transformer receives UniPC's own int64 timesteps at every step (999 at sigma = 1)
     assert torch.equal(wan_model_timestep(ours[:-1].float()).long(), sched.timesteps)
-    shift5 = make_sigmas("scheduler", steps, 5.0, WAN_T2V)                # 720p: flow_shift 5 via method.shift
+    shift5 = unipc_flow_sigmas(steps, 5.0, WAN_T2V)                # 720p: flow_shift 5 via method.shift
     assert (shift5[1:-1] > ours[1:-1]).all()
 
 

@@ -3,8 +3,6 @@ denominator is the mean over the whole update across ranks, a group split over r
 advantages use every rank's rewards."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 
@@ -18,8 +16,8 @@ REWARDS = [torch.tensor([1.0, 2.0, 0.5, 0.0], dtype=torch.float64), torch.tensor
 
 
 def _rank_work(rank, world):
+    from flash_toys import ToyBackbone, flash_method
     from methods.base import Rollout
-    from methods.flash_grpo import FlashGRPO
     from methods.rectification import rectification_weights
     from methods.sde_index import group_sde_indices
 
@@ -27,8 +25,8 @@ def _rank_work(rank, world):
     kstar = group_sde_indices(KEYS[rank], list(range(10)), "iid", True, torch.Generator().manual_seed(100 + rank))
     ro = Rollout(prompts=["p"] * 4, group_keys=KEYS[rank], embeds=None, images=torch.zeros(4, 3, 2, 2),
                  rewards=REWARDS[rank])
-    fake = SimpleNamespace(cfg=SimpleNamespace(advantage="prompt", global_std=True, adv_clip_max=5.0))
-    FlashGRPO.prepare_update(fake, ro)
+    method = flash_method(ToyBackbone())             # advantage=prompt, global_std, adv_clip_max=5: the recipe's
+    method.prepare_update(ro)
     return weights, denom, kstar, ro.advantages
 
 

@@ -121,10 +121,11 @@ def test_scheduler_hygiene_wan():
 
 
 # ----------------------------------------------------------------------------------------------- invariant 6
-@pytest.mark.parametrize("kernel,ks", [("linear", [0, 5, 9, 15]), ("flow", [0, 1, 4, 8])])
+@pytest.mark.parametrize("kernel,ks", [("linear", [0, 5, 9, 15]), ("flow", [0, 1, 4, 8]), ("cps", [0, 1, 4, 8])])
 def test_gradient_identity_d_mean_logp_d_velocity(kernel, ks):
-    """d(mean log pi)/d v = -lambda xi / D to 1e-9 in float64 (the derivation of lambda), with the sampler's code."""
-    sde = wan_sde(N) if kernel == "linear" else FlowSDEScheduler(sd3_euler(10).sigmas.double(), "flow", 0.7)
+    """d(mean log pi)/d v = -lambda xi / D to 1e-9 in float64 (the derivation of lambda), with the sampler's code;
+    under CPS's unnormalised log-prob too (lambda = 2 s |d mu / d v|, docs/cps.md)."""
+    sde = wan_sde(N) if kernel == "linear" else FlowSDEScheduler(sd3_euler(10).sigmas.double(), kernel, 0.7)
     g = torch.Generator().manual_seed(0)
     for k in ks:
         idx = torch.tensor([k])
@@ -187,8 +188,9 @@ def identity_method(monkeypatch, extra=()):
 
 
 # ----------------------------------------------------------------------------------------------- invariant 7
-def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch):
-    method = identity_method(monkeypatch)
+@pytest.mark.parametrize("kernel", [[], ["noise_kernel=cps", "eta=0.8"]], ids=["linear", "cps"])
+def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch, kernel):
+    method = identity_method(monkeypatch, kernel)
     ks = list(range(10))
     ro, _, xi = hand_rollout(method, ks)
     grads, _ = per_sample_grads(method, ro)
@@ -197,7 +199,7 @@ def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch):
     for k in ks:
         assert float((grads[k] - expected).abs().max()) < 1e-12, f"k={k}"
 
-    plain = identity_method(monkeypatch, ["rectify=false"])
+    plain = identity_method(monkeypatch, [*kernel, "rectify=false"])
     ro, _, xi = hand_rollout(plain, ks)
     grads, _ = per_sample_grads(plain, ro)
     norms = grads.flatten(1).norm(dim=1)

@@ -3,18 +3,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from launcher.schemas.grpo import GRPOConfig
 from methods.flow_grpo import FlowGRPO
-from models.nfe_counter import NFECounter
+from methods.flow_grpo_config import FlowGRPOConfig
+from methods.grpo_config import NoiseKernel
+from methods.schedule_config import Schedule
+from models.backbone_config import Finetune
 from models.tiny_flux import TinyFluxBackbone, build_tiny_flux_pipeline, materialize_tiny_flux
+from models.tiny_flux_config import TinyFluxModelConfig
+from rewardflow.nfe_counter import NFECounter
 
 
 @pytest.fixture(scope="module")
 def lora_flux():
-    return TinyFluxBackbone(height=32, width=32, max_sequence_length=16, finetune="lora", lora_rank=4,
-                            keep_reference=True)
+    return TinyFluxBackbone(TinyFluxModelConfig(finetune=Finetune.lora, lora_rank=4), keep_reference=True)
 
 
 def test_twin_is_saved_and_loaded_through_from_pretrained(twin_cache):
@@ -22,7 +24,7 @@ def test_twin_is_saved_and_loaded_through_from_pretrained(twin_cache):
     assert {"model_index.json", "transformer", "vae", "text_encoder", "text_encoder_2", "tokenizer",
             "tokenizer_2", "scheduler"} <= {p.name for p in path.iterdir()}
     assert materialize_tiny_flux(twin_cache) == path                  # cached, not rebuilt
-    bb = TinyFluxBackbone(height=32, width=32, max_sequence_length=16, finetune="full")
+    bb = TinyFluxBackbone(TinyFluxModelConfig(finetune=Finetune.full))
     fresh = build_tiny_flux_pipeline(pretrain_steps=0).transformer.state_dict()
     loaded = bb.transformer.state_dict()
     assert all(torch.equal(fresh[k], loaded[k]) for k in fresh)      # weights are deterministic in the seed
@@ -63,9 +65,8 @@ def test_disabled_adapter_is_the_base_model_and_kl_is_zero_at_init(lora_flux):
         with lora_flux.reference():
             v_ref = lora_flux.velocity(x, s, emb)
     assert torch.equal(v, v_ref)                                      # gaussian LoRA init keeps B = 0
-    cfg = OmegaConf.structured(GRPOConfig(_target_="", name="flow_grpo", kl_beta=0.1, group_size=2,
-                                          prompts_per_step=1, sampling_steps=4, schedule="scheduler",
-                                          noise_kernel="flow", eta=0.7, timestep_fraction=0.99))
+    cfg = FlowGRPOConfig(kl_beta=0.1, group_size=2, prompts_per_step=1, sampling_steps=4,
+                         schedule=Schedule.scheduler, noise_kernel=NoiseKernel.flow, eta=0.7, timestep_fraction=0.99)
     method = FlowGRPO(cfg, lora_flux)
     ro = method.rollout(["a red square"], torch.Generator().manual_seed(0))
     ro.advantages = torch.tensor([1.0, -1.0])

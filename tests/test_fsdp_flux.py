@@ -31,11 +31,11 @@ def _sharded_step(rank, world, batch):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import DTensor
 
-    from models.parallelize import parallelize_flux
+    from models.flux import FluxBackbone
     from models.tiny_flux import build_tiny_flux_pipeline
 
     model = build_tiny_flux_pipeline(pretrain_steps=0).transformer
-    parallelize_flux(model, init_device_mesh("cpu", (world,)))
+    FluxBackbone.shard_transformer(model, init_device_mesh("cpu", (world,)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     mine = tuple(b[rank::world] if torch.is_tensor(b) and b.shape[0] == batch[0].shape[0] else b for b in batch)
     _loss(model, mine).backward()             # each rank: mean over its half; FSDP averages the two halves

@@ -3,13 +3,13 @@ window, KL."""
 from __future__ import annotations
 
 import torch
-from omegaconf import OmegaConf
 
-from launcher.schemas.grpo import FlowGRPOFastConfig
 from methods.advantages import compute_advantages
 from methods.flow_grpo_fast import FlowGRPOFast
+from methods.flow_grpo_fast_config import FlowGRPOFastConfig
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import linear_shift_sigmas
+from methods.schedule_config import Schedule
 from methods.sde import FlowSDEScheduler
 
 
@@ -71,15 +71,10 @@ def test_kl_is_zero_for_equal_policies_and_positive_otherwise():
     torch.testing.assert_close(exact, kl_to_reference(mean, mean + 0.1, g) / torch.tensor([0.1, 0.2, 0.5]))
 
 
-class _NoModel:
-    def scheduler_config(self):
-        return {}
-
-
 def fast(window_size=2, window_range=(0, 5), n=10):
-    cfg = OmegaConf.structured(FlowGRPOFastConfig(window_size=window_size, window_range=list(window_range),
-                                                  sampling_steps=n, schedule="linear_shift"))
-    return FlowGRPOFast(cfg, _NoModel())
+    cfg = FlowGRPOFastConfig(window_size=window_size, window_range=list(window_range), sampling_steps=n,
+                             schedule=Schedule.linear_shift)
+    return FlowGRPOFast(cfg, None)     # the linear_shift grid needs no model
 
 
 def test_fast_window_start_range_and_trained_steps():
@@ -118,12 +113,14 @@ def test_steps_outside_window_equal_euler():
 
 
 def test_video_rewards_score_frames_and_reduce():
+    from rewards.base_config import FrameReduce
     from rewards.color import ColorReward
+    from rewards.color_config import ColorRewardConfig
 
-    reward = ColorReward(frame_reduce="topk_mean", frame_topk_frac=0.5)
+    reward = ColorReward(ColorRewardConfig(frame_reduce=FrameReduce.topk_mean, frame_topk_frac=0.5))
     video = torch.zeros(2, 4, 3, 8, 8)
     video[:, :2, 0] = 1.0                                   # first two frames pure red
-    frames = ColorReward()(video.flatten(0, 1), ["a red car"] * 8).view(2, 4)
+    frames = ColorReward(ColorRewardConfig())(video.flatten(0, 1), ["a red car"] * 8).view(2, 4)
     torch.testing.assert_close(reward(video, ["a red car"] * 2), frames.topk(2, 1).values.mean(1))
-    torch.testing.assert_close(ColorReward()(video, ["a red car"] * 2), frames.mean(1))
+    torch.testing.assert_close(ColorReward(ColorRewardConfig())(video, ["a red car"] * 2), frames.mean(1))
     assert float(reward(video, ["a red car"] * 2)[0]) == 1.0

@@ -10,7 +10,6 @@ from collections import Counter
 
 import pytest
 import torch
-from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import compose
@@ -22,12 +21,14 @@ W = 4
 SAMPLES = 4                 # 2 per rank
 
 
-def _build(method_cfg: dict, model_cfg: dict):
+def _build(method_cfg, model_cfg):
+    """JAGG on the tiny FLUX twin from their typed configs."""
+    from hydra.utils import get_class
+
     from methods.jagg import JAGG
 
     torch.manual_seed(0)
-    backbone = instantiate(OmegaConf.create(model_cfg))
-    return JAGG(OmegaConf.create(method_cfg), backbone)
+    return JAGG(method_cfg, get_class(model_cfg._target_)(model_cfg))
 
 
 def _group_args(rollout, samples, update_size):
@@ -66,10 +67,9 @@ def _count_all_gathers():
 def _sharded(rank, world, method_cfg, model_cfg, rollout):
     from torch.distributed.device_mesh import init_device_mesh
 
-    from models.parallelize import parallelize_flux
-
     method = _build(method_cfg, model_cfg)
-    net = parallelize_flux(method.backbone.transformer, init_device_mesh("cpu", (world,)))
+    method.backbone.parallelize(init_device_mesh("cpu", (world,)))
+    net = method.backbone.transformer
     counts = _count_all_gathers()
     mine = torch.arange(SAMPLES)[rank::world]                  # each rank trains its half of the micro-batch
     results = {}
@@ -96,8 +96,7 @@ def test_one_all_gather_per_block_in_a_jagg_backward_and_the_sharded_gradient_ma
 def _check_jagg_under_fsdp():
     overrides = ["method=jagg", "method.sampling_steps=9", f"method.group_size={SAMPLES}", "method.prompts_per_step=1"]
     cfg = compose(overrides)
-    method_cfg = OmegaConf.to_container(cfg.method, resolve=True)
-    model_cfg = OmegaConf.to_container(cfg.model, resolve=True)
+    method_cfg, model_cfg = OmegaConf.to_object(cfg.method), OmegaConf.to_object(cfg.model)
     method = _build(method_cfg, model_cfg)
     gen = torch.Generator().manual_seed(0)
     rollout = method.rollout(["a red square"], gen)

@@ -17,10 +17,15 @@ D = 6
 
 
 # -------------------------------------------------------------------------------- invariants 1-2: upstream gradients
-def test_upstream_gradients_match_the_closed_form_and_the_clip_masks():
-    """s_j = -(A rho 1[clip not binding] / Z) (kappa / D) (x_{i+1} - mu) / std^2, at any rho
-    (docs/methods/jagg.md#one-jagg-group)."""
-    method = make_jagg(Affine(D), D, clip_range=1e-3)
+CPS = {"noise_kernel": "cps", "eta": 0.8}       # Flow-GRPO's coefficient-preserving step (docs/cps.md)
+
+
+@pytest.mark.parametrize("kernel", [{}, CPS], ids=["dance", "cps"])
+def test_upstream_gradients_match_the_closed_form_and_the_clip_masks(kernel):
+    """s_j = -(A rho 1[clip not binding] / Z) (kappa / D) c (x_{i+1} - mu), at any rho
+    (docs/methods/jagg.md#one-jagg-group), with c = 1 / std^2 for the Gaussian log-prob and c = 2 for CPS's
+    (``log_prob_precision``)."""
+    method = make_jagg(Affine(D), D, clip_range=1e-3, **kernel)
     rollout = sde_rollout(method, b=6, seed=1)
     eps = 1e-3
     # rows 0-1: inside the band; 2: A > 0, rho > 1 + eps; 3: A < 0, rho < 1 - eps (both clipped: s = 0);
@@ -35,11 +40,11 @@ def test_upstream_gradients_match_the_closed_form_and_the_clip_masks():
     for j in range(4):
         index = steps[:, j]
         x, x_next = rollout.latents[samples, index], rollout.latents[samples, index + 1]
-        mean, std = method.sde.mean_std(x, velocities[j], index)
+        mean, _ = method.sde.mean_std(x, velocities[j], index)
         rho = torch.exp(-shift)
         binding = ((rollout.advantages > 0) & (rho > 1 + eps)) | ((rollout.advantages < 0) & (rho < 1 - eps))
-        kappa = method.sde.velocity_coef(index)
-        closed = (-(rollout.advantages * rho * (~binding)) / norm * kappa / D)[:, None] * (x_next - mean) / std[:, None] ** 2
+        kappa, c = method.sde.velocity_coef(index), method.sde.log_prob_precision(index)
+        closed = (-(rollout.advantages * rho * (~binding)) / norm * kappa * c / D)[:, None] * (x_next - mean)
         torch.testing.assert_close(s[j], closed, rtol=1e-10, atol=1e-14)
         assert s[j][2].abs().max() == 0 and s[j][3].abs().max() == 0
         assert (s[j][[0, 1, 4, 5]].abs().sum(1) > 0).all()
@@ -76,16 +81,18 @@ def test_window_two_is_exact_for_a_nonlinear_model():
 
 
 # --------------------------------------------------------------------------------- invariant 5: Theorem 1
+@pytest.mark.parametrize("kernel", [{}, CPS], ids=["dance", "cps"])
 @pytest.mark.parametrize("off_policy", [False, True])
-def test_theorem1_affine_model_with_states_on_the_t_weighted_line(off_policy):
-    """JAGG = exact gradient to rounding; with the prototype's index weights it is not (Theorem 1, d)."""
+def test_theorem1_affine_model_with_states_on_the_t_weighted_line(off_policy, kernel):
+    """JAGG = exact gradient to rounding; with the prototype's index weights it is not (Theorem 1, d). The sampler's
+    kernel only changes the s_j, not the Jacobians JAGG interpolates, so CPS keeps the theorem."""
     net = Affine(D)
     old = None
     if off_policy:   # rho != 1 and some clipped rows: s_j carries the current ratios and masks, still exact
         old = copy.deepcopy(net)
         with torch.no_grad():
             old.c.add_(0.02 * torch.randn(D, dtype=F64, generator=torch.Generator().manual_seed(5)))
-    method = make_jagg(net, D, clip_range=0.2)
+    method = make_jagg(net, D, clip_range=0.2, **kernel)
     rollout = sde_rollout(method, b=4, seed=3, collinear=True, old_policy=old)
     exact = flat(gradient(method, rollout, exact=True))
     assert rel_err(flat(gradient(method, rollout, exact=False)), exact) < 1e-12

@@ -18,7 +18,7 @@ def test_two_local_ranks_train_one_logged_run(tmp_path):
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job,) = [p for p in next((tmp_path / "train" / "multiruns").iterdir()).iterdir() if p.name == "0"]
-    log = (job / "cli.log").read_text()
+    log = (job / "rewardflow.log").read_text()
     assert "rank 0/2" in log and "rank 1/2" in log and "on 2 rank(s)" in log
     rows = [json.loads(l) for l in (job / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]                     # rank 0 alone writes

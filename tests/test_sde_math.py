@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from methods.schedule import linear_shift_sigmas, quantize_model_time, scheduler_sigmas, time_shift
+from methods.schedule import linear_shift_sigmas, quantize_model_time, time_shift
 from methods.sde import FlowSDEScheduler, gaussian_log_prob
+from models.sigma_grids import static_shift_sigmas
 
 
 
@@ -56,7 +57,7 @@ def test_dance_form_equals_unified_step(i):
 
 @pytest.mark.parametrize("i", [0, 4, 8])
 def test_flow_grpo_form_equals_unified_step(i):
-    sigmas = scheduler_sigmas(10, 3.0)
+    sigmas = static_shift_sigmas(10, 3.0)
     sde = FlowSDEScheduler(sigmas, "flow", eta=0.7)
     g = torch.Generator().manual_seed(10 + i)
     x, v, noise = (torch.randn(2, 6, 4, generator=g) for _ in range(3))
@@ -101,7 +102,7 @@ def test_schedules():
     expected = [1.0, .9836, .9661, .9474, .9273, .9057, .8824, .8571, .8298, .8, .7674, .7317, .6923, .6486, .6,
                 .5455, .4839, .4138, .3333, .24, .1304, 0.0]
     torch.testing.assert_close(linear_shift_sigmas(21, 3.0), torch.tensor(expected), atol=5e-5, rtol=0)
-    sch = scheduler_sigmas(10, 3.0)
+    sch = static_shift_sigmas(10, 3.0)
     assert sch[0] == 1.0 and sch[-1] == 0.0 and (sch[1:] < sch[:-1]).all()
     # diffusers shifts the endpoint twice: the last non-zero sigma is shift(shift(1/1000))
     torch.testing.assert_close(sch[-2], time_shift(time_shift(torch.tensor(1e-3), 3.0), 3.0), rtol=1e-5, atol=0)

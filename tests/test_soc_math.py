@@ -15,14 +15,15 @@ from methods.terminal_score import smoothing_std, tweedie_naive_score, tweedie_s
 from methods.time_convention import (DEFAULT_CONVENTION, SigmaConvention, register_time_convention,
                                      time_convention, velocity_am)
 from models.toy_gaussian import ToyGaussianBackbone, gaussian_score, gaussian_velocity_am
+from models.toy_gaussian_config import ToyGaussianModelConfig
 from rewards.gaussian_tilt import GaussianTiltReward
-
+from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
 pytestmark = pytest.mark.usefixtures("float64")   # the documented invariants, in float64 (conftest)
 
 
 def toy(mu0, var0, dim=3, **kw) -> ToyGaussianBackbone:
-    return ToyGaussianBackbone(dim=dim, mu0=mu0, var0=var0, keep_reference=True, **kw)
+    return ToyGaussianBackbone(ToyGaussianModelConfig(dim=dim, mu0=mu0, var0=var0, **kw), keep_reference=True)
 
 
 def pre_velocity(bb: ToyGaussianBackbone):
@@ -200,10 +201,10 @@ def test_delta_shrink_terminal_score_is_the_smoothed_analytic_score(delta, expec
 
 # ------------------------------------------------------------------------ invariants 4-5: the regression target
 def test_tilted_gaussian_reference_numbers_and_linear_sign():
-    r = GaussianTiltReward(kind="quadratic", gamma=1.0, target=[2.0])
+    r = GaussianTiltReward(GaussianTiltRewardConfig(kind=TiltKind.quadratic, gamma=1.0, target=[2.0]))
     mu, var = r.tilted_gaussian(torch.tensor([0.5]), torch.tensor([0.6]), 0.8, channel_of_dim=torch.tensor([0]))
     assert float(mu) == pytest.approx(0.98649, abs=1e-5) and float(var) == pytest.approx(0.40541, abs=1e-5)
-    lin = GaussianTiltReward(kind="linear", direction=[1.0, -2.0, 0.5])
+    lin = GaussianTiltReward(GaussianTiltRewardConfig(kind=TiltKind.linear, direction=[1.0, -2.0, 0.5]))
     mu, var = lin.tilted_gaussian(torch.zeros(3), torch.full((3,), 0.6), 0.5)
     assert torch.allclose(mu, torch.tensor([0.3, -0.6, 0.15])) and torch.allclose(var, torch.full((3,), 0.6))
     # reward gradient on decoded toy images
@@ -298,7 +299,7 @@ def test_time_convention_adapter():
 
     conv = Shifted()
     register_time_convention(f"{FamilyBackbone.__module__}.{FamilyBackbone.__qualname__}", conv)
-    fam = SubFamilyBackbone(dim=3, mu0=mu.tolist(), var0=var.tolist())
+    fam = SubFamilyBackbone(ToyGaussianModelConfig(dim=3, mu0=mu.tolist(), var0=var.tolist()))
     assert time_convention(fam) is conv
     assert torch.allclose(velocity_am(fam, x, T, emb), 2 * v)
     assert time_convention(bb) is DEFAULT_CONVENTION

@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.errors import ConfigError
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import MemorylessSchedule
 from methods.time_convention import velocity_am
+from rewardflow.errors import ConfigError
 
 SOC = ("eam", "adjoint_matching")
 
@@ -29,24 +29,17 @@ def test_non_differentiable_reward_is_rejected_up_front():
 BAD = [
     ("eam", ["method.c=0"], "method.c"),
     ("eam", ["method.delta=0.7"], "method.delta"),
-    ("eam", ["method.terminal_score=exact"], "method.terminal_score"),
-    ("eam", ["method.time_sampling=cosine"], "method.time_sampling"),
     ("eam", ["method.time_sampling=am_grid", "method.loss_timesteps=50"], "method.loss_timesteps"),
     ("eam", ["method.endpoint_nfe=0"], "method.endpoint_nfe"),
-    ("eam", ["method.loss_weight=snr"], "method.loss_weight"),
     ("eam", ["method.reward_scale=0"], "method.reward_scale"),
     ("adjoint_matching", ["method.sigma_offset=0"], "method.sigma_offset"),
     ("adjoint_matching", ["method.loss_last_steps=0", "method.loss_random_steps=0"], "method.loss_last_steps"),
-    ("adjoint_matching", ["method.loss_reduction=max"], "method.loss_reduction"),
     ("adjoint_matching", ["method.updates_per_rollout=3"], "method.updates_per_rollout"),
 ]
 
 
 @pytest.mark.parametrize("method,overrides,key", BAD, ids=[f"{m}:{k}" for m, _, k in BAD])
-def test_bad_values_are_rejected_naming_the_key(method, overrides, key, monkeypatch, tmp_path):
-    def boom(*a, **k):
-        raise AssertionError("a model was built before the config was validated")
-    monkeypatch.setattr("models.flux.FluxBackbone.__init__", boom)
+def test_bad_values_are_rejected_naming_the_key(method, overrides, key, no_model_building, tmp_path):
     with pytest.raises(ConfigError) as err:
         Trainer(compose([f"method={method}", *overrides]), RunInfo(run_dir=tmp_path))
     assert key in str(err.value)

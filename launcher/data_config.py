@@ -1,0 +1,20 @@
+"""Config of the prompt sources (launcher/data.py): data=demo (an inline list) and data=file."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from omegaconf import MISSING
+
+
+@dataclass
+class DataConfig:
+    _target_: str = "launcher.data.PromptSource"
+    name: str = MISSING
+    prompts: Optional[list[str]] = None   # inline prompt list (data=demo)
+    path: Optional[str] = None            # .txt (one prompt per line) or .jsonl file (data=file)
+    field: str = "prompt"                 # jsonl key holding the prompt
+    shuffle: bool = True                  # reshuffle every epoch (deterministic in trainer.seed)
+
+
+SCHEMAS = {"data": {"prompts": DataConfig}}

@@ -1,1 +1,0 @@
-"""Config-group schemas, one module per component family (see launcher.config)."""

@@ -1,0 +1,33 @@
+"""Configs of the trainer loop (``trainer.*``) and of its optimizer (``optimizer.*``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 150                  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
+    seed: int = 0
+    max_grad_norm: float = 1.0        # 0 disables clipping
+    sample_every: int = 25            # image grid every N steps (W&B and PNG); 0 disables
+    num_sample_images: int = 8
+    max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
+    threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
+    progress: bool = True             # progress bar with reward and s/step (drawn on a terminal only)
+    log_every: int = 10               # a plain log line every N steps (console and run log); 0: off
+    ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
+    keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
+    resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
+    export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
+
+
+@dataclass
+class OptimizerConfig:
+    _target_: str = "torch.optim.AdamW"
+    _partial_: bool = True
+    lr: float = 1e-5
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 1e-4
+    eps: float = 1e-8

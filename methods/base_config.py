@@ -1,0 +1,24 @@
+"""The config fields every method shares; :meth:`methods.base.Method.check` checks them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import MISSING
+
+
+@dataclass
+class MethodConfig:
+    """The shape of one training step. Each method's config sets its recipe's values (``conf/train.yaml`` then
+    scales them down for the CPU demo; experiment presets restore paper scale)."""
+
+    _target_: str = MISSING
+    name: str = MISSING
+    group_size: int = MISSING         # G generations (samples) per prompt
+    prompts_per_step: int = MISSING   # prompts per step, global across ranks: B = prompts_per_step x group_size samples
+    sampling_steps: int = MISSING     # N steps of the sampler's time grid
+    updates_per_rollout: int = 1      # optimizer steps per rollout: the B samples are split into this many updates
+    micro_batch: int = 1              # samples per training forward (the memory bound)
+    rollout_chunk: int = 32           # rows per transformer call without gradients (CFG rows counted; docs/memory.md)
+    decode_chunk: int = 8             # images per VAE decode and per reward call
+    trajectory_offload: bool = False  # keep the states the update reads in pinned host memory, not on the GPU
+    shuffle_samples: bool = False     # shuffle the samples before splitting them into updates (Flow-GRPO)

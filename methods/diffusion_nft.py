@@ -1,0 +1,193 @@
+"""DiffusionNFT (Zheng et al., arXiv:2509.16117; code NVlabs/DiffusionNFT) on the shared trainer loop.
+
+Reinforcement on the *forward* process: the sampling policy ``v_old`` draws images with any ODE solver, only the
+final latents and their rewards are kept, and the policy is trained by flow matching on noised copies of them, the
+reward weighing an implicit positive and negative policy. Per step (``docs/methods/diffusion_nft.md`` has the
+sources, line by line, and every choice their code leaves open):
+
+1. ``rollout``: CFG-free samples (a CFG family's ``guidance_scale`` is set to 1) of ``v_old``
+   (:class:`methods.old_policy.LaggingPolicy`) with ``method.sampler`` (:mod:`methods.ode_solvers`) on the family's
+   sigma grid; no log-prob, no trajectory. Each sample draws the ``floor(timestep_fraction x N)`` grid times it
+   trains (a random subset, their per-sample permutation) and a noise seed.
+2. ``prepare_update``: advantages of the gathered rewards by prompt over the global std
+   (:func:`methods.advantages.compute_advantages`, their ``PerPromptStatTracker`` with ``global_std``).
+3. ``backward`` per micro-batch: ``x_t = (1 - sigma) x0 + sigma eps`` at each trained time, ``v_old`` there (one
+   swap of the lagging weights for all of them), then per time the reference forward (``kl_beta`` > 0), the trained
+   forward and one backward of :func:`methods.nft_loss.nft_loss`.
+4. ``end_step``: ``v_old <- d v_old + (1 - d) v`` (:func:`methods.old_policy.old_policy_decay`).
+
+Transformer passes per sample and step (:meth:`DiffusionNFT.passes_per_sample`): N rollout forwards, then per
+trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import torch
+
+from methods.advantages import advantage_keys, step_advantages
+from methods.base import Method, Rollout
+from methods.chunking import chunked_velocity, score_in_chunks
+from methods.diffusion_nft_config import DiffusionNFTConfig
+from methods.nft_loss import nft_loss, optimality_weight
+from methods.ode_solvers import solve
+from methods.old_policy import LaggingPolicy, old_policy_decay
+from methods.schedule import make_sigmas, quantize_model_time
+from models.backbone import Backbone
+from rewardflow.errors import ConfigErrors
+
+log = logging.getLogger(__name__)
+
+
+class DiffusionNFT(Method):
+    cfg: DiffusionNFTConfig
+
+    def __init__(self, cfg: DiffusionNFTConfig, backbone: Backbone):
+        super().__init__(cfg, backbone)
+        if getattr(backbone, "guidance_scale", 1.0) > 1.0:
+            # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
+            # no CFG path), so a sweep can share one model config with methods that sample with CFG
+            log.warning("method=diffusion_nft samples and trains without classifier-free guidance: "
+                        "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
+                        backbone.guidance_scale)
+            backbone.guidance_scale = 1.0
+        self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone)
+        self.old_policy = LaggingPolicy(backbone.transformer)     # v_old = v at the start (their lines 576-580)
+        self._decay = 0.0
+
+    # -- config -------------------------------------------------------------------------------------------------
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        if m.group_size >= 1:
+            errors.require(m.group_size >= 2, "method.group_size", f"must be >= 2 for per-prompt advantages (got "
+                           f"{m.group_size}); the authors use 24")
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors "
+                       f"use 1 or 0.1")
+        errors.require(m.kl_beta >= 0, "method.kl_beta",
+                       f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off")
+        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
+                       f"must be > 0 (got {m.adv_clip_max}); the authors use 5")
+        if errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
+                          f"must be in (0, 1] (got {m.timestep_fraction})"):
+            errors.require(int(m.timestep_fraction * m.sampling_steps) >= 1, "method.timestep_fraction",
+                           f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
+                           f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more")
+        errors.require(m.old_decay_flat >= 0, "method.old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
+        errors.require(m.old_decay_rate >= 0, "method.old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
+        errors.require(0 <= m.old_decay_max < 1, "method.old_decay_max", f"must be in [0, 1) (got "
+                       f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999")
+
+    @classmethod
+    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
+        return cfg.kl_beta > 0
+
+    @classmethod
+    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:
+        """The N-step rollout, then per trained time the v_old and the trained forward (and the reference one with
+        KL) and one backward."""
+        n = int(cfg.sampling_steps)
+        trained = int(cfg.timestep_fraction * n)
+        return n + trained * (2 + (1 if cfg.kl_beta > 0 else 0)), trained
+
+    def num_trained(self) -> int:
+        return int(self.cfg.timestep_fraction * self.cfg.sampling_steps)
+
+    # -- rollout ------------------------------------------------------------------------------------------------
+    def rollout_time(self, sigma: torch.Tensor) -> torch.Tensor:
+        return quantize_model_time(sigma) if self.cfg.quantize_rollout_time else sigma
+
+    @torch.no_grad()
+    def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        g, bb = int(self.cfg.group_size), self.backbone
+        expanded = [p for p in prompts for _ in range(g)]
+        first = self.world.rank * len(prompts)                   # group keys unique across ranks
+        keys = [first + k for k in range(len(prompts)) for _ in range(g)]
+        embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)   # one conditioning per prompt (docs/memory.md)
+        x = bb.initial_noise(len(expanded), generator)          # fresh noise per sample (their prepare_latents)
+
+        def velocity(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+            return chunked_velocity(bb, z, self.rollout_time(sigma).float(), embeds, self.cfg.rollout_chunk)
+
+        with self.old_policy.active():
+            x = solve(self.cfg.sampler, self.sigmas, velocity, x).float()
+        b, n = len(expanded), int(self.cfg.sampling_steps)
+        times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, :self.num_trained()]
+        seeds = torch.randint(0, 2**62, (b,), generator=generator)
+        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=x, decode_latents=x,
+                       train_steps=times.to(x.device), extras={"noise_seeds": seeds})
+
+    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
+        """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
+        rollout.rewards, rollout.images = score_in_chunks(self.backbone, reward, rollout.decode_latents,
+                                                          rollout.prompts, int(self.cfg.decode_chunk))
+        return rollout.rewards
+
+    # -- advantages ---------------------------------------------------------------------------------------------
+    def prepare_update(self, rollout: Rollout) -> dict[str, float]:
+        """Advantages over the whole step (by prompt string or by group), from every rank's rewards."""
+        return step_advantages(rollout, advantage_keys(rollout, self.cfg.advantage), self.cfg.advantage,
+                               self.cfg.global_std, self.cfg.adv_clip_max, self.world)
+
+    # -- loss ---------------------------------------------------------------------------------------------------
+    def forward_noise(self, rollout: Rollout, samples: torch.Tensor) -> torch.Tensor:
+        """(m, T, *latent) fresh Gaussian noise per sample and trained time, from the sample's seed: the same on
+        any rank and in any micro-batch split."""
+        shape = (rollout.train_steps.shape[1], *rollout.latents.shape[1:])
+        seeds = rollout.extras["noise_seeds"][samples.cpu()].tolist()
+        noise = [torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32)
+                 for s in seeds]
+        return torch.stack(noise).to(rollout.latents.device)
+
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, float]:
+        bb, cfg = self.backbone, self.cfg
+        samples = samples.to(rollout.latents.device)
+        x0 = rollout.latents[samples]
+        sigma = self.sigmas.to(x0.device)[rollout.train_steps[samples]]             # (m, T) float64
+        s = sigma.float().view(*sigma.shape, *([1] * (x0.ndim - 1)))
+        xt = (1.0 - s) * x0[:, None] + s * self.forward_noise(rollout, samples)
+        embeds = rollout.embeds.select(samples)
+        t_count = sigma.shape[1]
+        with torch.no_grad(), self.old_policy.active():
+            v_old = [bb.velocity(xt[:, j], sigma[:, j].float(), embeds) for j in range(t_count)]
+        r = optimality_weight(rollout.advantages[samples], float(cfg.adv_clip_max), cfg.adv_mode)
+        totals: dict[str, float] = {}
+        for j in range(t_count):
+            v_ref = None
+            if cfg.kl_beta > 0:
+                with torch.no_grad(), bb.reference():
+                    v_ref = bb.velocity(xt[:, j], sigma[:, j].float(), embeds)
+            v = bb.velocity(xt[:, j], sigma[:, j].float(), embeds)
+            loss, stats = nft_loss(v, v_old[j], x0, xt[:, j], sigma[:, j], r, float(cfg.beta),
+                                   float(cfg.adv_clip_max), float(cfg.kl_beta), v_ref)
+            (loss.sum() / (update_size * t_count)).backward()
+            _accumulate(totals, loss, stats, 1.0 / t_count)
+        return totals
+
+    # -- after the updates --------------------------------------------------------------------------------------
+    def end_step(self, step: int) -> None:
+        """Move v_old towards v; the decay follows the optimizer steps taken so far, skipped ones included."""
+        steps = (step + 1) * int(self.cfg.updates_per_rollout)
+        self._decay = old_policy_decay(steps, int(self.cfg.old_decay_flat), float(self.cfg.old_decay_rate),
+                                       float(self.cfg.old_decay_max))
+        self.old_policy.update(self._decay)
+
+    def step_metrics(self) -> dict[str, float]:
+        return {"nft/old_decay": self._decay}
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return self.old_policy.state_dict()
+
+
+def _accumulate(totals: dict[str, float], loss: torch.Tensor, stats: dict[str, torch.Tensor], weight: float) -> None:
+    """Per-sample sums weighted by 1/T, which the trainer divides by the number of samples."""
+    for key, value in (("loss", loss), ("nft/policy_loss", stats["policy_loss"]),
+                       ("nft/old_deviation", stats["old_deviation"]), ("nft/kl_ref", stats.get("kl"))):
+        if value is not None:
+            totals[key] = totals.get(key, 0.0) + weight * float(value.detach().sum())
+    if not math.isfinite(totals["loss"]):
+        totals["nonfinite"] = 1.0

@@ -1,0 +1,40 @@
+"""The config fields every diffusers family shares (:class:`models.common.DiffusersBackbone`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Optional
+
+from omegaconf import MISSING
+
+from models.backbone_config import ModelConfig
+from rewardflow.dtypes import Dtype
+
+
+class TextEncoders(StrEnum):
+    offload = "offload"         # host memory, on the GPU only while encoding prompts not cached yet
+    device = "device"           # always on the GPU
+    precompute = "precompute"   # the prompt set encoded once at start into an on-disk cache, the encoders freed
+
+
+class BaseSharding(StrEnum):
+    shard = "shard"             # the frozen LoRA base divided across ranks (FSDP2)
+    replicate = "replicate"     # whole on every rank: no all-gather per forward
+
+
+@dataclass
+class DiffusersModelConfig(ModelConfig):
+    path: Optional[str] = MISSING     # hub id or a local folder laid out like the family's diffusers repository
+    height: int = 512                 # image size in pixels
+    width: int = 512
+    max_sequence_length: int = MISSING   # text tokens
+    lora_rank: int = 32
+    lora_alpha: float = 64.0
+    lora_targets: list[str] = MISSING    # module names the LoRA adapter wraps
+    gradient_checkpointing: bool = True
+    device: str = "auto"              # auto: cuda if available, else cpu
+    dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)
+    prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
+    text_encoders: TextEncoders = TextEncoders.offload   # where the text encoders live (docs/memory.md)
+    reference_dtype: Dtype = Dtype.bfloat16   # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
+    base_sharding: BaseSharding = BaseSharding.shard   # LoRA: the frozen base across ranks (docs/memory.md)

@@ -1,0 +1,26 @@
+"""Config of reward=gaussian_tilt: a differentiable toy reward with an analytic tilted target for Gaussian data
+(rewards/gaussian_tilt.py), meant for model=toy_gaussian (experiment=toy_eam / toy_am)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from rewards.base_config import RewardConfig
+
+
+class TiltKind(StrEnum):
+    quadratic = "quadratic"   # -gamma/2 ||x - target||^2
+    linear = "linear"         # direction . x
+
+
+@dataclass
+class GaussianTiltRewardConfig(RewardConfig):
+    _target_: str = "rewards.gaussian_tilt.GaussianTiltReward"
+    name: str = "gaussian_tilt"
+    kind: TiltKind = TiltKind.quadratic
+    gamma: float = 1.0
+    target: list[float] = field(default_factory=lambda: [2.0, 1.0, -1.0])   # per image channel (1 or 3 values)
+    direction: list[float] = field(default_factory=lambda: [1.0])
+
+
+SCHEMAS = {"reward": {"gaussian_tilt": GaussianTiltRewardConfig}}
