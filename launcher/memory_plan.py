@@ -255,7 +255,7 @@ def kept_states(method: dict) -> int:
     name, n = method.get("name"), int(method.get("sampling_steps", 1))
     if name == "flash_grpo":
         return 2
-    if name == "eam":
+    if name in ("eam", "diffusion_nft"):                       # the final latent only
         return 1
     if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg"):
         return int(method["window_size"]) + 1
@@ -370,6 +370,9 @@ def state_lines(run: Run) -> list[Line]:
         name = run.model.get("reference_dtype", "bfloat16")
         lines.append(Line(f"frozen reference ({name})", run.per_rank(P * DTYPE_BYTES[name]),
                           run.per_rank(P * DTYPE_BYTES[name])))
+    if "old_decay_rate" in run.method:           # DiffusionNFT's lagging copy of the trainable weights (v_old)
+        old = run.per_rank(trainable * 4)
+        lines.append(Line("old policy v_old (fp32)", old, old))
     lines.append(Line("gradients (fp32)", 0.0, run.per_rank(trainable * 4)))
     moments = 2 if "adam" in str(run.cfg.get("optimizer", {}).get("_target_", "adam")).lower() else 1
     optimizer = run.per_rank(moments * trainable * 4)

@@ -62,7 +62,9 @@ def build_mesh(cluster, world, device_type: str):
     from torch.distributed.device_mesh import init_device_mesh
 
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", world.world_size))
-    shape = mesh_shape(cluster.mesh, world.world_size, per_node, cluster.shard_size)
+    # cluster=local has no mesh keys: several ranks there (torchrun, the tests' gloo ranks) shard over all of them
+    kind, shard_size = getattr(cluster, "mesh", "fsdp"), getattr(cluster, "shard_size", None)
+    shape = mesh_shape(kind, world.world_size, per_node, shard_size)
     names = ("shard",) if len(shape) == 1 else ("replicate", "shard")
     return init_device_mesh(device_type, shape, mesh_dim_names=names)
 

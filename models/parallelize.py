@@ -14,7 +14,7 @@ from typing import Iterable
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 # diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do
@@ -50,3 +50,7 @@ def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: Devi
         fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
                     ignored_params=ignored.intersection(block.parameters()) or None)
     return model
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)

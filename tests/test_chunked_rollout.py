@@ -21,6 +21,7 @@ CASES = {
     "eam": (["method=eam", "method.loss_timesteps=2", "method.endpoint_nfe=3"], "tiny_flux"),
     "adjoint_matching": (["method=adjoint_matching", "method.sampling_steps=6", "method.loss_last_steps=2",
                          "method.loss_random_steps=1"], "tiny_flux"),
+    "diffusion_nft": (["method=diffusion_nft", "method.sampling_steps=4"], "tiny_qwenimage"),
 }
 
 
@@ -71,8 +72,9 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rel: float, what: str) -> Non
 
 
 @pytest.mark.slow
-def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(tmp_path):
-    results = run_distributed(_compare, 2, CASES, str(tmp_path), timeout=2400)
+@pytest.mark.parametrize("case", CASES)
+def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, tmp_path):
+    results = run_distributed(_compare, 2, {case: CASES[case]}, str(tmp_path), timeout=1200)
     for rank, per_rank in enumerate(results):
         for name, (whole, chunked) in per_rank.items():
             what = f"{name} rank {rank}"

@@ -84,13 +84,14 @@ def test_precomputed_text_equals_on_the_fly_encoding_on_two_ranks_and_is_reused(
 
 
 def test_a_prompt_outside_the_precomputed_set_is_refused(tmp_path):
-    from models.tiny_flux import TinyFluxBackbone
+    from families import FAMILIES
 
-    bb = TinyFluxBackbone(height=32, width=32, max_sequence_length=16, text_encoders="precompute")
+    settings = dict(height=32, width=32, max_sequence_length=16, text_encoders="precompute")
+    bb = FAMILIES["tiny_flux"].build(**settings)
     assert bb.precompute_text(PROMPTS[:2], cache_dir=tmp_path) is False and bb._text_encoders is None
     bb.encode_prompts(PROMPTS[:2])
     with pytest.raises(RuntimeError, match="model.text_encoders=offload"):
         bb.encode_prompts(["a prompt never seen"])
-    again = TinyFluxBackbone(height=32, width=32, max_sequence_length=16, text_encoders="precompute")
+    again = FAMILIES["tiny_flux"].build(**settings)
     assert again.precompute_text(list(reversed(PROMPTS[:2])), cache_dir=tmp_path) is True   # any order: reused
     assert bb._precomputed.folder == again._precomputed.folder and bb._precomputed.folder.parent == tmp_path
