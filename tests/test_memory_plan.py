@@ -125,6 +125,16 @@ def test_more_ranks_and_lower_memory_lines_move_the_right_way():
         plan(precomputed).phase("rollout") < eight.phase("rollout")
 
 
+
+def test_hsdp_shards_the_states_over_one_node_only():
+    two_nodes = ["model=flux", "model.finetune=full", "cluster=slurm", "cluster.nodes=2", "cluster.gpus_per_node=8"]
+    fsdp, hsdp = (plan(cfg_of([*two_nodes, f"cluster.mesh={m}"])) for m in ("fsdp", "hsdp"))
+    weights = "transformer (fp32 master weights)"
+    assert fsdp.world == hsdp.world == 16
+    assert {x.what: x for x in hsdp.lines}[weights].update == 2 * {x.what: x for x in fsdp.lines}[weights].update
+    assert hsdp.peak > fsdp.peak
+
+
 def test_the_command_line_plans_without_building_or_submitting(tmp_path):
     res = subprocess.run([*rewardflow_cmd(), "experiment=flash_grpo_flux", *EIGHT_GPUS, f"output_root={tmp_path}",
                           "--plan"], capture_output=True, text=True, cwd=ROOT)
