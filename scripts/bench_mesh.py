@@ -3,7 +3,7 @@
 
 ``--nodes`` x ``--ranks-per-node`` processes (gloo on the CPU, NCCL with ``--device cuda``) pose as that many nodes
 (``LOCAL_WORLD_SIZE`` as SLURM + submitit export it, so ``launcher.mesh.build_mesh`` puts one node in each HSDP shard
-group). Each builds the same FLUX-class transformer, shards it with the family's ``parallelize_flux`` on each mesh in
+group). Each builds the same FLUX-class transformer, shards it with ``FluxBackbone.shard_transformer`` on each mesh in
 turn and runs one training step (forward, backward, optimizer step) under a ``TorchDispatchMode`` that sees every
 ``c10d`` collective FSDP2 issues, with its process group and tensors. A collective *crosses nodes* when its group
 holds ranks of more than one node: the whole 1-D mesh, or HSDP's replicate groups. Bytes are each collective's
@@ -88,13 +88,13 @@ def _one_step(mesh_kind: str, config: str, device: str, ranks_per_node: int, see
 
     from rewardflow.distributed import current_world
     from launcher.mesh import build_mesh, describe
-    from models.parallelize import parallelize_flux
+    from models.flux import FluxBackbone
 
     mesh = build_mesh(OmegaConf.create({"mesh": mesh_kind, "shard_size": None}), current_world(), device)
     torch.manual_seed(seed)
     model = FluxTransformer2DModel(**CONFIGS[config]).to(device)
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    parallelize_flux(model, mesh)
+    FluxBackbone.shard_transformer(model, mesh)
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     cfg = CONFIGS[config]
     g = torch.Generator().manual_seed(seed + dist.get_rank())
