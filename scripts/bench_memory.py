@@ -179,6 +179,8 @@ def main() -> None:
     p.add_argument("--single", type=int, default=2, help="single-stream blocks of the start-up model")
     p.add_argument("--rollout-size", type=int, default=384, help="image side of the rollout phase, in pixels")
     p.add_argument("--skip-today", action="store_true", help="do not measure today's paths (saves memory)")
+    p.add_argument("--phases", default="startup,update,rollout",
+                   help="which of startup, update, rollout to measure (the JSON then has only their keys)")
     args = p.parse_args()
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], malloc_env())
@@ -188,8 +190,10 @@ def main() -> None:
     full = full_transformer_bytes(folder)
     out: dict = {"world_size": args.world_size, "device": args.device,
                  "startup_model_params": full // 4, "rollout_size_px": args.rollout_size}
+    phases = set(args.phases.split(","))
     with tempfile.TemporaryDirectory() as tmp:
-        cases = ["full", "reference", "lora", "update"] + ([] if args.skip_today else ["today"])
+        cases = ((["full", "reference", "lora"] + ([] if args.skip_today else ["today"]) if "startup" in phases else [])
+                 + (["update"] if "update" in phases else []))
         for case in cases:
             ranks = spawn(args.world_size, args.device, folder, case, tmp)
             if case != "update":
@@ -201,18 +205,20 @@ def main() -> None:
                 out.update(update_measured_gib=measured / 2**30, update_planned_gib=planned / 2**30,
                            planner_rel_error=abs(planned - measured) / measured)
                 print(json.dumps({"planner_rel_error": out["planner_rel_error"]}), flush=True)
-        small = rollout_case(8, 8, args.rollout_size, args.device, tmp)
-        large = rollout_case(64, 8, args.rollout_size, args.device, tmp)
-        out.update(rollout_peak_8_gib=small / 2**30, rollout_peak_64_gib=large / 2**30,
-                   rollout_peak_ratio_64_over_8=large / small)
-        if not args.skip_today:
+        if "rollout" in phases:
+            small = rollout_case(8, 8, args.rollout_size, args.device, tmp)
+            large = rollout_case(64, 8, args.rollout_size, args.device, tmp)
+            out.update(rollout_peak_8_gib=small / 2**30, rollout_peak_64_gib=large / 2**30,
+                       rollout_peak_ratio_64_over_8=large / small)
+        if "rollout" in phases and not args.skip_today:
             today_small = rollout_case(8, None, args.rollout_size, args.device, tmp)
             today_large = rollout_case(64, None, args.rollout_size, args.device, tmp)
             out["rollout_peak_ratio_64_over_8_today"] = today_large / today_small
+    startup = {"startup_peak_per_rank_over_full_model": "startup_full",
+               "startup_peak_with_reference_over_full_model": "startup_reference",
+               "startup_peak_lora_over_full_model": "startup_lora"}
     result = {"world_size": out["world_size"], "device": out["device"],
-              "startup_peak_per_rank_over_full_model": out["startup_full"],
-              "startup_peak_with_reference_over_full_model": out["startup_reference"],
-              "startup_peak_lora_over_full_model": out["startup_lora"],
+              **{key: out[name] for key, name in startup.items() if name in out},
               **({"startup_peak_per_rank_over_full_model_today": out["startup_today"]} if "startup_today" in out
                  else {}),
               **{k: v for k, v in out.items() if k.startswith(("rollout_", "planner_", "update_"))},

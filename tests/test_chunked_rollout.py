@@ -84,8 +84,10 @@ def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, tmp_p
                 assert_close(chunked["log_probs"].nan_to_num(), whole["log_probs"].nan_to_num(), 1e-5,
                              f"{what}: log-probs")
             # GRPO's ratio exp(log p - log p_old) turns the rollout log-probs' absolute rounding (they are sums of
-            # ~10^3 in size) into a relative change of the gradient of that size: 1e-4, not 1e-5
-            assert grad_error(chunked["grads"], whole["grads"]) <= 1e-4, what
+            # ~10^3 in size) into a relative change of the gradient of that size: 1e-4, not 1e-5; Flow-GRPO-Fast's
+            # CPS step (std sigma_next sin(a pi/2), docs/cps.md) has larger log-probs, so 5e-4
+            tolerance = 5e-4 if name == "flow_grpo_fast" else 1e-4
+            assert grad_error(chunked["grads"], whole["grads"]) <= tolerance, what
             assert chunked["images"].dtype == torch.uint8                  # 8-bit copies for the image grids
             assert (chunked["images"].int() - whole["images"].int()).abs().max() <= 1, what
 
