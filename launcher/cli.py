@@ -133,7 +133,15 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
-    with completion_filter(sys.argv[1:]), hydra_cfg_resolved_in_context(sys.argv[1:]):
+    """The entry point. ``--plan`` (or ``plan=true``) prints the per-rank memory plan of every run of the command
+    line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
+    args = sys.argv[1:]
+    if "--plan" in args or "plan=true" in args or "+plan=true" in args:
+        from launcher.memory_plan import main as plan_main
+
+        overrides = [a for a in args if a not in ("--plan", "plan=true", "+plan=true", "-m", "--multirun")]
+        sys.exit(plan_main(overrides))
+    with completion_filter(args), hydra_cfg_resolved_in_context(args):
         _hydra_main()
 
 

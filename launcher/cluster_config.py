@@ -13,12 +13,17 @@ from omegaconf import II
 
 
 @dataclass
-class LocalClusterConfig:
+class GpuFields:
+    gpu_mem_gb: float = 80.0          # memory of one GPU, for the memory plan (docs/memory.md)
+
+
+@dataclass
+class LocalClusterConfig(GpuFields):
     name: str = "local"               # in-process, one process
 
 
 @dataclass
-class MultiRankFields:
+class MultiRankFields(GpuFields):
     """Keys of every cluster whose ranks are separate processes (launcher/mesh.py, launcher/node_cache.py)."""
     mesh: str = "fsdp"                # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
     shard_size: Optional[int] = None  # hsdp: ranks per shard group (default: the ranks of one node)

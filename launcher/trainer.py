@@ -21,8 +21,9 @@ from launcher.checkpoint import CheckpointManager
 from launcher.components import build, component_class
 from launcher.device_check import placement, rank_and_world_size
 from launcher.ema import ParameterEMA
-from launcher.evaluation import Evaluator
+from launcher.evaluation import Evaluator, held_out_prompts
 from launcher.lr_schedule import build_lr_schedule, build_optimizer
+from launcher.memory_plan import check_at_start
 from launcher.mesh import build_mesh, describe
 from launcher.node_cache import cache_builders_first
 from launcher.plots import plot_reward_curve, save_image_grid
@@ -110,6 +111,7 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
+        check_at_start(cfg, self.world)        # on GPUs: the planned peak fits, before any weight is read
         # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
         with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
             self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
@@ -120,6 +122,8 @@ class Trainer:
             mesh = build_mesh(cfg.cluster, self.world, self.backbone.device.type)
             self.backbone.parallelize(mesh)
             log.info("FSDP2 mesh: %s", describe(mesh))
+        if cfg.model.get("text_encoders") == "precompute":    # the encoders are freed: the held-out prompts too
+            self.backbone.precompute_text(self.prompts + (held_out_prompts(cfg) if cfg.eval.every else []))
         self.method = method_cls(method_cfg, self.backbone)
         self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
         self.data = build(cfg.data, "data", seed=t.seed, held_out=int(cfg.eval.split))

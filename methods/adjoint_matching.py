@@ -29,6 +29,7 @@ from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
 from methods.soc_base import SOCMethod
 from methods.update_rows import add_sums
+from methods.trajectory import Trajectory
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -93,14 +94,15 @@ class AdjointMatching(SOCMethod):
         embeds = self.backbone.encode_prompts(expanded)
         x = self.backbone.initial_noise(len(expanded), generator)
         b, k = x.shape[0], self.num_steps
-        traj = torch.empty((b, k + 1, *x.shape[1:]), dtype=x.dtype, device=x.device)
-        traj[:, 0] = x
+        # every state: the lean adjoint takes a VJP at each grid point (docs/memory.md#chunked-rollouts)
+        traj = Trajectory(b, k + 1, tuple(x.shape[1:]), x.dtype, x.device, offload=bool(self.cfg.trajectory_offload))
+        traj.record(0, x)
         for i in range(k):
             t = self.ts[i].expand(b)
-            v = self.velocity(x, t, embeds)
+            v = self.velocity_batched(x, t, embeds)
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.device, x.dtype)
             x = self.schedule.em_step(x, v, t, self.ts[i + 1] - self.ts[i], noise)
-            traj[:, i + 1] = x
+            traj.record(i + 1, x)
         return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=traj,
                        train_steps=self.loss_steps(b, generator).to(x.device))
 
@@ -108,12 +110,12 @@ class AdjointMatching(SOCMethod):
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         traj, k = rollout.latents, self.num_steps
         if self.cfg.denoise_last_step:
-            x_last = traj[:, k - 1]
+            x_last = traj.state(k - 1)
             t_last = self.ts[k - 1].expand(x_last.shape[0])
             v = self.pretrained_velocity_batched(x_last, t_last, rollout.embeds)
             x_hat = x_last + float(self.ts[k] - self.ts[k - 1]) * v
         else:
-            x_hat = traj[:, k]
+            x_hat = traj.state(k)
         rewards, grads, images = self.reward_and_grad(reward, x_hat, rollout.prompts)
         self.set_rewards(rollout, rewards, grads, images)
         return rewards
@@ -123,15 +125,15 @@ class AdjointMatching(SOCMethod):
         traj, steps = rollout.latents, rollout.train_steps
         b, t_count = steps.shape
         shape = traj.shape[2:]
-        adj = torch.empty((b, t_count, *shape), dtype=traj.dtype, device=traj.device)
+        adj = torch.empty((b, t_count, *shape), dtype=traj.dtype, device=steps.device)
         v_pre = torch.empty_like(adj)
 
         def vjp(k: int, a: torch.Tensor) -> torch.Tensor:
             out = torch.empty_like(a)
-            t = self.ts[k].expand(b).to(traj.device)
+            t = self.ts[k].expand(b).to(steps.device)
             for idx in self.chunks(b):
-                idx = idx.to(traj.device)
-                x = traj[idx, k].detach().requires_grad_(True)
+                idx = idx.to(steps.device)
+                x = traj.state(k, idx).detach().requires_grad_(True)
                 with torch.enable_grad():
                     v = self.pretrained_velocity(x, t[idx], rollout.embeds.select(idx))
                     (g,) = torch.autograd.grad(v, x, grad_outputs=a[idx].to(v.dtype))

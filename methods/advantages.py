@@ -65,5 +65,5 @@ def step_advantages(rollout: Rollout, keys: list, mode: str, global_std: bool, c
     rewards = all_gather_cat(rollout.rewards)
     all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
     adv = compute_advantages(rewards, all_keys, mode, global_std, clip)
-    rollout.advantages = adv.values.view(world.world_size, -1)[world.rank].to(rollout.images.device)
+    rollout.advantages = adv.values.view(world.world_size, -1)[world.rank].to(rollout.rewards.device)
     return {"reward/zero_std_frac": adv.zero_std_frac, "adv/abs_mean": float(adv.values.abs().mean())}

@@ -38,8 +38,11 @@ class Rollout:
         prompts: the prompt of each sample.
         group_keys: the group each sample belongs to (prompt index within the step).
         embeds: text conditioning per sample.
-        images: decoded images (B, 3, H, W) in [0, 1].
-        latents: trajectory states ``x_0..x_N`` (B, N + 1, *latent) in fp32, or only what the method needs.
+        images: decoded images (B, 3, H, W) in [0, 1], or 8-bit host copies kept for the image grids once
+            ``score`` has decoded and scored them chunk by chunk (methods/chunking.py).
+        latents: trajectory states ``x_0..x_N`` (B, N + 1, *latent) in fp32 (a tensor or a
+            :class:`methods.trajectory.Trajectory` holding only the states the update reads), or what the method needs.
+        decode_latents: the latents ``score`` decodes (B, *latent), when the rollout leaves decoding to it.
         log_probs: rollout log-probs of each transition (B, N); NaN where the step was deterministic.
         train_steps: per-sample transition indices to train (B, T).
         rewards, advantages: filled by ``score`` and ``prepare_update``.
@@ -49,13 +52,14 @@ class Rollout:
     prompts: list[str]
     group_keys: list[Any]
     embeds: PromptEmbeds
-    images: torch.Tensor
-    latents: torch.Tensor | None = None
+    images: torch.Tensor | None
+    latents: Any = None
     log_probs: torch.Tensor | None = None
     train_steps: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    decode_latents: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -84,6 +88,9 @@ class Method(abc.ABC):
         errors.require(m.update_batch >= 1, "method.update_batch", f"must be >= 1 (got {m.update_batch}): transformer "
                        f"rows per call of the update, CFG rows counted (docs/performance.md#batched-trained-steps)")
         errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        errors.require(m.rollout_chunk >= 1, "method.rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk}); a "
+                       f"sample with true CFG is 2 rows and is never split")
+        errors.require(m.decode_chunk >= 1, "method.decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
         n = m.group_size * m.prompts_per_step
         errors.require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
                        f"must divide the {n} samples per step (group_size x prompts_per_step); got "

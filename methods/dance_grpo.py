@@ -9,6 +9,8 @@ from methods.grpo_config import GRPOConfig
 
 
 class DanceGRPO(GRPO):
+    train_steps_before_sampling = False         # its random subsets are drawn after the noise of the rollout
+
     @classmethod
     def trained_per_sample(cls, cfg: GRPOConfig) -> int:
         return max(1, int(cfg.timestep_fraction * (cfg.sampling_steps - 1)))

@@ -29,6 +29,7 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
+from methods.chunking import chunked_velocity, score_in_chunks
 from methods.diffusion_nft_config import DiffusionNFTConfig
 from methods.nft_loss import nft_loss, optimality_weight
 from methods.ode_solvers import solve
@@ -107,20 +108,25 @@ class DiffusionNFT(Method):
         expanded = [p for p in prompts for _ in range(g)]
         first = self.world.rank * len(prompts)                   # group keys unique across ranks
         keys = [first + k for k in range(len(prompts)) for _ in range(g)]
-        embeds = bb.encode_prompts(expanded)
+        embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)   # one conditioning per prompt (docs/memory.md)
         x = bb.initial_noise(len(expanded), generator)          # fresh noise per sample (their prepare_latents)
 
         def velocity(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-            return bb.velocity(z, self.rollout_time(sigma).float(), embeds)
+            return chunked_velocity(bb, z, self.rollout_time(sigma).float(), embeds, self.cfg.rollout_chunk)
 
         with self.old_policy.active():
             x = solve(self.cfg.sampler, self.sigmas, velocity, x).float()
-        images = bb.decode(x).float()
         b, n = len(expanded), int(self.cfg.sampling_steps)
         times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, :self.num_trained()]
         seeds = torch.randint(0, 2**62, (b,), generator=generator).tolist()     # host ints: read in the update
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=images, latents=x,
+        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=x, decode_latents=x,
                        train_steps=times.to(x.device), extras={"noise_seeds": seeds})
+
+    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
+        """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
+        rollout.rewards, rollout.images = score_in_chunks(self.backbone, reward, rollout.decode_latents,
+                                                          rollout.prompts, int(self.cfg.decode_chunk))
+        return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:

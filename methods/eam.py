@@ -35,6 +35,7 @@ import torch
 from methods.adjoint_matching import am_loss_steps
 from methods.base import Rollout
 from methods.bridge_kernel import BridgeKernel
+from methods.chunking import sample_chunks
 from methods.closed_form_adjoint import corrected_terminal_grad, velocity_target
 from methods.eam_config import EAMConfig, LossWeight, TerminalScore, TimeSampling
 from methods.linear_base import LinearMemorylessBase
@@ -108,7 +109,7 @@ class EAM(SOCMethod):
         x0 = self.backbone.initial_noise(len(expanded), generator)
         b = x0.shape[0]
         x1 = torch.empty_like(x0)
-        for idx in self.chunks(b):
+        for idx in sample_chunks(b, self.backbone.rows_per_sample, self.cfg.rollout_chunk):
             idx = idx.to(x0.device)
             sub = embeds.select(idx)
             x1[idx] = euler_ode(lambda x, t: self.velocity(x, t, sub), x0[idx], self.endpoint_ts)

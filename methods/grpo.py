@@ -10,11 +10,13 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
+from methods.chunking import chunked_velocity, score_in_chunks
 from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
+from methods.trajectory import Trajectory, transition_states
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -67,6 +69,10 @@ class GRPO(Method):
         trained = cls.trained_per_sample(cfg)
         return cfg.sampling_steps + trained * (2 if cfg.kl_beta > 0 else 1), trained
 
+    #: ``select_train_steps`` draws nothing from the generator, so it can run before sampling and the rollout keeps
+    #: only the states its transitions read (DanceGRPO draws its random steps after sampling: every state is kept)
+    train_steps_before_sampling: bool = True
+
     # -- hooks for the baselines --------------------------------------------------------------------------------
     def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, N) bool: which transitions inject noise. Default: every step is an SDE step."""
@@ -93,31 +99,43 @@ class GRPO(Method):
 
     @torch.no_grad()
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
+        """Sample every group, ``method.rollout_chunk`` rows per transformer call; keep the states the update reads
+        (:mod:`methods.trajectory`) and the latents ``score`` decodes (docs/memory.md#chunked-rollouts)."""
         g, bb, sde = int(self.cfg.group_size), self.backbone, self.sde
         expanded = [p for p in prompts for _ in range(g)]
         first = self.world.rank * len(prompts)            # group keys unique across ranks
         keys = [first + k for k in range(len(prompts)) for _ in range(g)]
-        embeds = bb.encode_prompts(expanded)
+        embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)
         x = self._initial_noise(len(prompts), generator)
         b, n = x.shape[0], sde.num_steps
         stochastic = self.group_stochastic_steps(keys, generator)
-        traj = torch.empty((b, n + 1, *x.shape[1:]), dtype=torch.float32, device=x.device)
+        steps = self.select_train_steps(stochastic, generator) if self.train_steps_before_sampling else None
+        traj = Trajectory(b, n + 1, tuple(x.shape[1:]), x.dtype, x.device, transition_states(steps, n + 1),
+                          offload=bool(self.cfg.trajectory_offload))
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
-        traj[:, 0] = x
+        traj.record(0, x)
         final = None
         for i in range(n):
             index = torch.full((b,), i, dtype=torch.long, device=x.device)
-            v = bb.velocity(x, self.model_time(sde.sigma(index)).float(), embeds)
+            v = chunked_velocity(bb, x, self.model_time(sde.sigma(index)).float(), embeds, self.cfg.rollout_chunk)
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
             out = sde.step(x, v, index, stochastic[:, i].to(x.device), noise=noise)
             if i == n - 1 and self.cfg.decode == Decode.pred_x0:
                 final = sde.pred_x0(x, v, index)
             x = out.prev_sample
-            traj[:, i + 1], log_probs[:, i] = x, out.log_prob
-        images = bb.decode(x if final is None else final).float()
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=images, latents=traj,
-                       log_probs=log_probs, train_steps=self.select_train_steps(stochastic, generator).to(x.device),
+            traj.record(i + 1, x)
+            log_probs[:, i] = out.log_prob
+        if steps is None:
+            steps = self.select_train_steps(stochastic, generator)
+        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=traj,
+                       log_probs=log_probs, train_steps=steps.to(x.device), decode_latents=x if final is None else final,
                        extras={"stochastic": stochastic})
+
+    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
+        """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
+        rollout.rewards, rollout.images = score_in_chunks(self.backbone, reward, rollout.decode_latents,
+                                                          rollout.prompts, int(self.cfg.decode_chunk))
+        return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def advantage_keys(self, rollout: Rollout) -> list:

@@ -280,6 +280,8 @@ class JAGGDanceGRPO(JAGG, DanceGRPO):
     trainable steps (the paper: 21 sampling steps, 20 trained, 5 groups of 4); ``method.group_fraction < 1``
     subsamples whole groups per step instead."""
 
+    train_steps_before_sampling = True          # all N - 1 trainable steps, known before sampling
+
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
         return int(sampling_steps or m.sampling_steps) - 1

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from methods.base import Method, Rollout
+from methods.chunking import chunked_velocity, display_copy
 from methods.memoryless import MemorylessSchedule
 from methods.soc_base_config import LossReduction, SOCConfig
 from methods.time_convention import time_convention
@@ -79,13 +80,16 @@ class SOCMethod(Method):
         return list(samples.split(max(1, per_call // max(1, rows_per_sample))))
 
     @torch.no_grad()
+    def velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
+        """Fine-tuned velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
+        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk,
+                                self.velocity).to(x.dtype)
+
+    @torch.no_grad()
     def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
-        out = torch.empty_like(x)
-        t = t.to(x.device)
-        for idx in self.chunks(x.shape[0]):
-            idx = idx.to(x.device)
-            out[idx] = self.pretrained_velocity(x[idx], t[idx], embeds.select(idx)).to(x.dtype)
-        return out
+        """Frozen velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
+        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk,
+                                self.pretrained_velocity).to(x.dtype)
 
     # -- rollout helpers ----------------------------------------------------------------------------------------
     def expand_prompts(self, prompts: list[str]) -> tuple[list[str], list[int]]:
@@ -94,11 +98,12 @@ class SOCMethod(Method):
 
     # -- the reward phase: rewards and their gradient at the endpoint ------------------------------------------
     def reward_and_grad(self, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str]):
-        """``(r (B,), d r / d latents, images)``: decode with gradients, score, differentiate (per micro-batch)."""
+        """``(r (B,), d r / d latents, images)``: decode with gradients, score, differentiate, ``method.decode_chunk``
+        images at a time; the images kept are 8-bit host copies for the image grids."""
         rewards = torch.empty(latents.shape[0], dtype=torch.float32, device=latents.device)
         grads = torch.empty_like(latents)
         images = []
-        for idx in self.chunks(latents.shape[0]):
+        for idx in torch.arange(latents.shape[0]).split(int(self.cfg.decode_chunk)):
             idx = idx.to(latents.device)
             x = latents[idx].detach().requires_grad_(True)
             with torch.enable_grad():
@@ -106,7 +111,7 @@ class SOCMethod(Method):
                 r = reward(img, [prompts[i] for i in idx.tolist()])
                 (g,) = torch.autograd.grad(r.sum(), x)
             rewards[idx], grads[idx] = r.detach().float(), g.to(latents.dtype)
-            images.append(img.detach().float())
+            images.append(display_copy(img))
         return rewards, grads, torch.cat(images)
 
     def set_rewards(self, rollout: Rollout, rewards: torch.Tensor, grads: torch.Tensor, images: torch.Tensor) -> None:

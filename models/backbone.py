@@ -19,26 +19,45 @@ from rewardflow.errors import ConfigErrors
 
 @dataclass
 class PromptEmbeds:
-    """Batched text conditioning: every tensor has the batch on dim 0 (shared tensors go in ``shared``)."""
+    """Batched text conditioning: every tensor has the batch on dim 0 (shared tensors go in ``shared``).
 
-    tensors: dict[str, torch.Tensor]
+    With ``rows``, ``entries`` hold one entry per distinct prompt and row ``i`` of the batch reads entry ``rows[i]``
+    (a group of G samples shares its prompt's conditioning instead of G copies, docs/memory.md#chunked-rollouts);
+    :attr:`tensors` and :meth:`select` give per-row tensors either way.
+    """
+
+    entries: dict[str, torch.Tensor]
     shared: dict[str, torch.Tensor] = field(default_factory=dict)
+    rows: torch.Tensor | None = None
+
+    @property
+    def tensors(self) -> dict[str, torch.Tensor]:
+        if self.rows is None:
+            return self.entries
+        return {k: v[self.rows.to(v.device)] for k, v in self.entries.items()}
+
+    def repeat_rows(self, repeats: int) -> "PromptEmbeds":
+        """Each row ``repeats`` times in a row (``repeat_interleave``), without copying the conditioning."""
+        rows = self.rows if self.rows is not None else torch.arange(len(self))
+        return PromptEmbeds(self.entries, self.shared, rows.repeat_interleave(int(repeats)))
 
     def select(self, index: torch.Tensor | list[int]) -> "PromptEmbeds":
         index = torch.as_tensor(index, dtype=torch.long)
-        return PromptEmbeds({k: v[index.to(v.device)] for k, v in self.tensors.items()}, self.shared)
+        if self.rows is not None:
+            index = self.rows[index.to(self.rows.device)]
+        return PromptEmbeds({k: v[index.to(v.device)] for k, v in self.entries.items()}, self.shared)
 
     @staticmethod
     def cat(items: list["PromptEmbeds"]) -> "PromptEmbeds":
-        keys = items[0].tensors.keys()
+        keys = items[0].entries.keys()
         return PromptEmbeds({k: torch.cat([it.tensors[k] for it in items]) for k in keys}, items[0].shared)
 
     def to(self, device: torch.device | str) -> "PromptEmbeds":
-        return PromptEmbeds({k: v.to(device) for k, v in self.tensors.items()},
-                            {k: v.to(device) for k, v in self.shared.items()})
+        return PromptEmbeds({k: v.to(device) for k, v in self.entries.items()},
+                            {k: v.to(device) for k, v in self.shared.items()}, self.rows)
 
     def __len__(self) -> int:
-        return next(iter(self.tensors.values())).shape[0]
+        return len(self.rows) if self.rows is not None else next(iter(self.entries.values())).shape[0]
 
 
 class Backbone(abc.ABC):

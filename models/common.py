@@ -21,7 +21,7 @@ from torch import nn
 
 from models.backbone import Backbone
 from models.backbone_config import Finetune
-from models.common_config import DiffusersModelConfig
+from models.common_config import BaseSharding, DiffusersModelConfig, TextEncoders
 from models.frozen_reference import FrozenReference
 from models.sigma_grids import static_shift_sigmas
 from rewardflow.distributed import current_world
@@ -231,6 +231,11 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     # -- construction -------------------------------------------------------------------------------------------
     def _init_common(self, cfg: DiffusersModelConfig, components: Sequence[str]) -> None:
+        """Settings every family shares (docs/memory.md): the compute device and dtype, the text-conditioning
+        policy, the fine-tuning mode with its reference dtype and LoRA base sharding; then checks that every
+        component exists before anything loads."""
+        from models.sharded_load import sharded_startup_enabled
+
         self.cfg = cfg
         self.name = cfg.name
         self.path = str(cfg.path)
@@ -238,18 +243,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self.max_sequence_length = cfg.max_sequence_length
         self.device = resolve_device(cfg.device)
         self.dtype = torch_dtype(cfg.dtype, self.device.type)
+        self.finetune = cfg.finetune
+        self.text_encoders = cfg.text_encoders
+        self.reference_dtype = torch_dtype(cfg.reference_dtype, self.device.type)
+        self.base_sharding = cfg.base_sharding
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
         self.loader.check(components)                         # every missing piece named before anything loads
-        self.offload_text_encoders = bool(cfg.offload_text_encoders) and self.device.type != "cpu"
+        self.offload_text_encoders = self.text_encoders != TextEncoders.device and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
         self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        world = current_world()
-        self._meta_init_all = bool(cfg.meta_init) and world.world_size > 1   # same on every rank (collectives follow)
-        self._meta_init = self._meta_init_all and world.rank != 0           # this rank builds the transformer on meta
-        self._materialized = not self._meta_init
-        self._materialized_all = not self._meta_init_all
+        self._precomputed = None                              # models.text_cache.PrecomputedText, once loaded
+        self._sharded_startup = sharded_startup_enabled()     # built on meta; parallelize() loads the shards
+        self._materialized = not self._sharded_startup
 
     def _require_image_size(self, multiple: int) -> None:
         """The loaded checkpoint's own size rule (its VAE may differ from the published one ``check`` assumes)."""
@@ -266,17 +273,17 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self._load(cls, subfolder, torch_dtype=self.dtype).requires_grad_(False).eval()
 
     def _load_transformer(self, cls, subfolder: str = "transformer") -> nn.Module:
-        """The trainable transformer with fp32 master weights. With ``meta_init`` under a process group, ranks other
-        than 0 only build it on the meta device (no weights read); :meth:`parallelize` fills their shards from rank
-        0 after sharding."""
-        self._transformer_cls = cls
-        if self._meta_init:
-            from accelerate import init_empty_weights
+        """The transformer in its storage dtype: fp32 master weights for full fine-tuning, the compute dtype for a
+        frozen LoRA base (docs/memory.md#weights-and-their-dtypes). Under a process group of several ranks it is
+        only built on the meta device: :meth:`parallelize` shards it and each rank reads its own shards
+        (``models/sharded_load.py``)."""
+        from models.sharded_load import build_on_meta, cast_like_from_pretrained
 
-            config = self.loader.load_config(cls, subfolder)
-            with init_empty_weights(include_buffers=False):
-                return cls.from_config(config)
-        return self._load(cls, subfolder, torch_dtype=torch.float32)
+        self._transformer_cls, self._transformer_subfolder = cls, subfolder
+        dtype = self.dtype if self.finetune == "lora" else torch.float32
+        if self._sharded_startup:
+            return cast_like_from_pretrained(build_on_meta(cls, self.loader.load_config(cls, subfolder)), dtype)
+        return self._load(cls, subfolder, torch_dtype=dtype)
 
     def _init_training(self, keep_reference: bool, text_encoders: list[nn.Module], vae: nn.Module) -> None:
         """The fine-tuning mode, then the update path (docs/performance.md): activation checkpointing of the chosen
@@ -304,8 +311,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     # -- fine-tuning mode ---------------------------------------------------------------------------------------
     def _configure_finetune(self, keep_reference: bool) -> None:
+        from models.sharded_load import initial_adapter_state, lora_layers
+
         cfg = self.cfg
-        self.finetune = cfg.finetune
         if cfg.finetune == Finetune.lora:
             from peft import LoraConfig
 
@@ -318,9 +326,20 @@ class DiffusersBackbone(FrozenReference, Backbone):
             except ValueError as e:
                 raise ConfigError(f"model.lora_targets={list(cfg.lora_targets)} match no module of "
                                   f"{type(self.transformer).__name__} ({e})") from None
+            for _, layer in lora_layers(self.transformer):     # adapters and their optimizer state in fp32
+                for p in layer.parameters():
+                    if p.requires_grad:
+                        p.data = p.data.float()
+            if self._materialized:   # seeded as the sharded start-up seeds them (models/sharded_load.py)
+                self._load_adapters(initial_adapter_state(self.transformer, ADAPTER_NAME, torch.initial_seed()))
         else:
             self.transformer.requires_grad_(True)
-        self._keep_reference(keep_reference)
+        self._keep_reference(keep_reference, self.reference_dtype)
+
+    def _load_adapters(self, state: dict[str, torch.Tensor]) -> None:
+        from models.sharded_load import load_adapters
+
+        load_adapters(self.transformer, state)
 
     @property
     def latent_shape(self) -> tuple[int, ...]:
@@ -351,8 +370,8 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     def _check_ready(self) -> None:
         if not self._materialized:
-            raise RuntimeError(f"{type(self).__name__} was built with meta_init on rank != 0: call "
-                               f"backbone.parallelize(mesh) before using it (it loads rank 0's weights into the "
+            raise RuntimeError(f"{type(self).__name__} was built on the meta device (a process group of several "
+                               f"ranks): call backbone.parallelize(mesh) before using it (it loads each rank's "
                                f"shards)")
 
     # -- text conditioning --------------------------------------------------------------------------------------
@@ -386,20 +405,50 @@ class DiffusersBackbone(FrozenReference, Backbone):
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
+    def _run_encoders(self, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]], prompts: list[str]
+                      ) -> list[dict[str, torch.Tensor]]:
+        """``encode(prompts)``, or their precomputed entries once :meth:`precompute_text` has run."""
+        if self._precomputed is not None:
+            return self._precomputed.lookup(prompts)
+        with torch.no_grad(), self._text_encoders_ready():
+            return encode(prompts)
+
     def _encode_cached(self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
                        ) -> list[dict[str, torch.Tensor]]:
-        def run(missing):
-            with torch.no_grad(), self._text_encoders_ready():
-                return encode(missing)
-        return self._prompt_cache.get(list(prompts), run)
+        return self._prompt_cache.get(list(prompts), lambda missing: self._run_encoders(encode, missing))
 
     def _negative(self, prompt: str, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
                   ) -> dict[str, torch.Tensor]:
         """Conditioning of the negative prompt, encoded once and kept on the model's device."""
         if prompt not in self._neg_cache:
-            with torch.no_grad(), self._text_encoders_ready():
-                self._neg_cache[prompt] = {k: v.detach().to(self.device) for k, v in encode([prompt])[0].items()}
+            entry = self._run_encoders(encode, [prompt])[0]
+            self._neg_cache[prompt] = {k: v.detach().to(self.device) for k, v in entry.items()}
         return self._neg_cache[prompt]
+
+    def precompute_text(self, prompts: list[str], cache_dir: str | os.PathLike | None = None) -> bool:
+        """``model.text_encoders=precompute``: encode ``prompts`` (and the negative prompt) once, each rank its
+        share, into a cache folder keyed by model, encoder settings and prompt set (``models/text_cache.py``), then
+        free the encoders; training makes no encoder call. Call on every rank. Returns whether the cache was
+        reused."""
+        from models.text_cache import build_or_load, cache_key, text_encoder_fingerprint
+        from models.twins import default_cache_dir
+
+        wanted = list(prompts) + ([self.negative_prompt] if self.do_cfg else [])
+        encoders = ["text_encoder", "text_encoder_2", "text_encoder_3"]
+        model = {"family": self.family, "path": self.path,
+                 "text_encoders": (text_encoder_fingerprint(Path(os.path.expanduser(self.path)), encoders)
+                                   if self.loader.is_local else None)}
+        settings = {"max_sequence_length": getattr(self, "max_sequence_length", None), "dtype": str(self.dtype),
+                    "backbone": type(self).__name__}
+        root = Path(cache_dir) if cache_dir else default_cache_dir() / "text"
+        key = f"{self.name}-{cache_key(model, settings, wanted)}"
+        store, reused = build_or_load(root, key, wanted, lambda batch: self._run_encoders(self._encode, batch),
+                                      current_world())
+        self._precomputed = store
+        self.release_text_encoders()
+        log.info("text conditioning of %d prompts %s %s; text encoders freed", len(store),
+                 "read from" if reused else "precomputed into", store.folder)
+        return reused
 
     # -- guidance ----------------------------------------------------------------------------------------------
     def guided_velocity(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
@@ -433,7 +482,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return v
 
     def _autocast(self):
-        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
+        """Autocast to the compute dtype. An unsharded reference stored below it (a bf16 reference in a
+        single-process fp32 run) computes in its own dtype; sharded, FSDP casts its gathered weights instead."""
+        from models.parallelize import is_sharded
+
+        dtype, ref = self.dtype, self._reference_model
+        if self._active is ref and ref is not None and not is_sharded(ref) and self.reference_dtype != self.dtype:
+            dtype = self.reference_dtype
+        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
 
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:
@@ -454,29 +510,43 @@ class DiffusersBackbone(FrozenReference, Backbone):
                     mp_policy=None) -> None:
         """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
         (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
-        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). Text encoders and the VAE
-        stay replicated and unsharded. With ``meta_init``, rank 0's weights are then broadcast into every rank's
-        shards. Call on every rank, before the optimizer is built (it must see the sharded parameters)."""
-        import torch.distributed as dist
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and
+        is gathered in the compute dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the
+        shards. Text encoders and the VAE stay replicated and unsharded. After a sharded start-up each rank then
+        reads its own shards from the checkpoint (``models/sharded_load.py``). Call on every rank, before the
+        optimizer is built (it must see the sharded parameters)."""
+        from torch.distributed.fsdp import MixedPrecisionPolicy
+
+        from models.sharded_load import lora_layers
 
         ac = bool(activation_checkpointing)      # None: as model.activation_checkpointing set it at construction
-        rank = current_world().rank
+        replicated: set[nn.Parameter] = set()
+        if self.finetune == Finetune.lora and self.base_sharding == BaseSharding.replicate:
+            adapters = {p for _, layer in lora_layers(self.transformer) for p in layer.parameters() if p.requires_grad}
+            replicated = {p for p in self.transformer.parameters() if p not in adapters}
         for module in self.transformer_modules():
-            full = None
-            if self._meta_init_all and not self._materialized_all:
-                full = module.state_dict() if rank == 0 else {}
-            self.shard_transformer(module, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
-                                   activation_checkpointing=ac and module is self.transformer)
-            if full is not None:
-                if rank != 0:
-                    module.to_empty(device=self.device)
-                set_model_state_dict(module, full, options=StateDictOptions(full_state_dict=True,
-                                                                            broadcast_from_rank0=True))
-                for buf in module.buffers():                # non-persistent buffers (e.g. RoPE tables)
-                    dist.broadcast(buf.data, src=0)
-        self._materialized = self._materialized_all = True
+            is_ref = module is self._reference_model
+            policy = MixedPrecisionPolicy(param_dtype=self.dtype) if is_ref and mp_policy is None else mp_policy
+            self.shard_transformer(module, mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
+                                   activation_checkpointing=ac and module is self.transformer,
+                                   ignored_params=replicated if module is self.transformer else None)
+        if not self._materialized:
+            self._load_shards()
+        self._materialized = True
         self._after_materialize()
+
+    def _load_shards(self) -> None:
+        """Each rank reads its shards of the policy (and reference) from the transformer's safetensors files; LoRA
+        adapters are drawn from rank 0's seed, as the single-process path draws them."""
+        from rewardflow.distributed import broadcast_object
+        from models.sharded_load import initial_adapter_state, materialize_and_load, weights_folder
+
+        folder = weights_folder(self.path, self._transformer_subfolder, self.loader.is_local)
+        for module in self.transformer_modules():
+            materialize_and_load(module, folder, self.device)
+        if self.finetune == "lora":
+            seed = broadcast_object(torch.initial_seed())
+            self._load_adapters(initial_adapter_state(self.transformer, ADAPTER_NAME, seed))
 
     def _after_materialize(self) -> None:
         """Hook for tensors derived from the transformer at construction (none by default)."""

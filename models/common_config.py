@@ -20,6 +20,15 @@ class ActivationCheckpointing(StrEnum):
     full = "full"         # every block is checkpointed
     every_k = "every_k"   # one block of every model.activation_checkpointing_k consecutive blocks
     auto = "auto"         # full, until a memory planner picks the cheapest setting that fits
+class TextEncoders(StrEnum):
+    offload = "offload"         # host memory, on the GPU only while encoding prompts not cached yet
+    device = "device"           # always on the GPU
+    precompute = "precompute"   # the prompt set encoded once at start into an on-disk cache, the encoders freed
+
+
+class BaseSharding(StrEnum):
+    shard = "shard"             # the frozen LoRA base divided across ranks (FSDP2)
+    replicate = "replicate"     # whole on every rank: no all-gather per forward
 
 
 @dataclass
@@ -38,5 +47,6 @@ class DiffusersModelConfig(ModelConfig):
     allow_cpu: bool = False           # a real family on the CPU takes hours per step: refused unless true
     dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)
     prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
-    offload_text_encoders: bool = True        # GPU: text encoders on the CPU except while encoding new prompts
-    meta_init: bool = False           # FSDP: ranks > 0 build the transformer on meta, parallelize() broadcasts rank 0's
+    text_encoders: TextEncoders = TextEncoders.offload   # where the text encoders live (docs/memory.md)
+    reference_dtype: Dtype = Dtype.bfloat16   # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
+    base_sharding: BaseSharding = BaseSharding.shard   # LoRA: the frozen base across ranks (docs/memory.md)

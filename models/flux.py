@@ -26,9 +26,8 @@ class FluxBackbone(DiffusersBackbone):
 
     ``cfg.path`` is a hub id or a local folder with ``transformer/ vae/ text_encoder/ text_encoder_2/ tokenizer/
     tokenizer_2/ scheduler/`` subfolders; ``keep_reference`` keeps the frozen pretrained policy for KL / adjoint
-    methods (LoRA: the same module with the adapter disabled; full fine-tuning: a frozen copy). With ``meta_init``
-    under a process group, ranks other than 0 build the transformer on the meta device and receive rank 0's weights
-    in :meth:`parallelize` (FSDP start-up without N full copies in host memory).
+    methods (LoRA: the same module with the adapter disabled; full fine-tuning: a frozen copy). Under a process group
+    of several ranks each rank reads only its shards of the transformer (docs/memory.md#sharded-start-up).
     """
 
     name = "flux"

@@ -7,6 +7,7 @@ import contextlib
 import copy
 from typing import Iterator
 
+import torch
 from torch import nn
 
 
@@ -17,9 +18,16 @@ class FrozenReference:
     transformer: nn.Module
     finetune: str
 
-    def _keep_reference(self, keep: bool) -> None:
-        self._reference_model = (copy.deepcopy(self.transformer).requires_grad_(False).eval()
-                                 if keep and self.finetune == "full" else None)
+    def _keep_reference(self, keep: bool, dtype: torch.dtype | None = None) -> None:
+        """Keep the frozen copy (full fine-tuning only), stored in ``dtype`` (default: the policy's; bf16 halves it,
+        docs/memory.md#weights-and-their-dtypes), with the modules ``from_pretrained`` keeps in fp32 left in fp32."""
+        self._reference_model = None
+        if keep and self.finetune == "full":
+            self._reference_model = copy.deepcopy(self.transformer).requires_grad_(False).eval()
+            if dtype is not None:
+                from models.sharded_load import cast_like_from_pretrained
+
+                cast_like_from_pretrained(self._reference_model, dtype)
         self._active = self.transformer
 
     def transformer_modules(self) -> list[nn.Module]:

@@ -14,7 +14,7 @@ from typing import Iterable
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 
 # diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do
@@ -36,14 +36,21 @@ def transformer_blocks(model: nn.Module, block_attrs: Iterable[str]) -> list[nn.
 
 def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh,
                        mp_policy: MixedPrecisionPolicy | None = None, reshard_after_forward: bool = True,
-                       activation_checkpointing: bool = False) -> nn.Module:
-    """Shard every block in ``blocks`` as its own FSDP unit, then the root (which holds everything else)."""
+                       activation_checkpointing: bool = False,
+                       ignored_params: set[nn.Parameter] | None = None) -> nn.Module:
+    """Shard every block in ``blocks`` as its own FSDP unit, then the root (which holds everything else).
+    ``ignored_params`` stay whole on every rank (a replicated frozen LoRA base: no all-gather per forward)."""
     if activation_checkpointing:
         if not hasattr(model, "enable_gradient_checkpointing"):
             raise ValueError(f"{type(model).__name__} has no gradient checkpointing support")
         model.enable_gradient_checkpointing()
     mp_policy = mp_policy or mixed_precision_policy(mesh.device_type)
-    for block in blocks:
-        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+    ignored = ignored_params or set()
+    for block in [*blocks, model]:
+        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
+                    ignored_params=ignored.intersection(block.parameters()) or None)
     return model
+
+
+def is_sharded(module: nn.Module) -> bool:
+    return isinstance(module, FSDPModule)

@@ -11,7 +11,7 @@ mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the t
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
 import torch
 from torch import nn
@@ -69,16 +69,32 @@ class Reward(nn.Module):
 
     def per_image(self, score, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         """``score(images, prompts)`` of images, or of every frame of videos reduced per video."""
+        flat, flat_prompts, frames = self.flatten_frames(images, prompts)
+        return self.reduce(score(flat, flat_prompts), frames)
+
+    def score_chunks(self, chunks: Iterable[tuple[torch.Tensor, list[str]]]) -> torch.Tensor:
+        """Scores of one batch that arrives in chunks (decoded a few images at a time, docs/memory.md): each chunk
+        scored on its own. Rewards whose score depends on the whole batch (``reward=multi``'s normalisation)
+        override it to give the scores one call over the batch would."""
+        return torch.cat([self(images, prompts).float() for images, prompts in chunks])
+
+    def flatten_frames(self, images: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, list[str], int]:
+        """Videos (B, F, 3, H, W) as B F frames with their prompts, and F (0 for images)."""
         if len(prompts) != images.shape[0]:
             raise ValueError(f"{self.name}: {images.shape[0]} images but {len(prompts)} prompts")
         if images.dim() == 5 and images.shape[2] == 3:
-            b, f = images.shape[:2]
-            frames = score(images.flatten(0, 1), [p for p in prompts for _ in range(f)]).view(b, f)
-            return reduce_frames(frames, self.frame_reduce, self.frame_topk_frac)
+            f = images.shape[1]
+            return images.flatten(0, 1), [p for p in prompts for _ in range(f)], f
         if images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"{self.name}: expected images (B, 3, H, W) or videos (B, F, 3, H, W), "
                              f"got {tuple(images.shape)}")
-        return score(images, prompts)
+        return images, prompts, 0
+
+    def reduce(self, scores: torch.Tensor, frames: int) -> torch.Tensor:
+        """Per-video scores from the per-frame ``scores`` of :meth:`flatten_frames` (images: unchanged)."""
+        if not frames:
+            return scores
+        return reduce_frames(scores.view(-1, frames), self.frame_reduce, self.frame_topk_frac)
 
 
 def reduce_frames(scores: torch.Tensor, how: str = "mean", topk_frac: float = 0.3) -> torch.Tensor:

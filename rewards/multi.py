@@ -97,17 +97,36 @@ class MultiReward(Reward):
 
     # -- scoring --------------------------------------------------------------------------------------------------
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        return self._combine({n: self._raw(n, c, images, prompts) for n, c in self.components.items()})
+
+    def score_chunks(self, chunks) -> torch.Tensor:
+        """Raw component scores chunk by chunk, then one normalisation over the whole batch: the scores one call
+        over the batch gives (a chunk's own statistics would differ)."""
+        raws: dict[str, list[torch.Tensor]] = {n: [] for n in self.components}
+        frames = 0
+        for images, prompts in chunks:
+            flat, flat_prompts, frames = self.flatten_frames(images, prompts)
+            for n, c in self.components.items():
+                raws[n].append(self._raw(n, c, flat, flat_prompts))
+        return self.reduce(self._combine({n: torch.cat(r) for n, r in raws.items()}), frames).float()
+
+    def _raw(self, name: str, component: Reward, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        w = self.weights[name]
+        with torch.set_grad_enabled(torch.is_grad_enabled() and component.differentiable and w != 0):
+            raw = component.score(images, prompts).float()
+        self._record(name, raw)
+        return raw
+
+    def _combine(self, raws: dict[str, torch.Tensor]) -> torch.Tensor:
         total = None
-        for n, component in self.components.items():
+        for n, raw in raws.items():
             w = self.weights[n]
-            with torch.set_grad_enabled(torch.is_grad_enabled() and component.differentiable and w != 0):
-                raw = component.score(images, prompts).float()
-            self._record(n, raw)
             if w != 0:
                 term = w * self.normalizers[n](raw)
                 total = term if total is None else total + term
         if total is None:                    # every weight 0: logging-only run
-            total = torch.zeros(images.shape[0], device=images.device)
+            first = next(iter(raws.values()))
+            total = torch.zeros(first.shape[0], device=first.device)
         return total
 
     @torch.no_grad()

@@ -62,6 +62,14 @@ def float64():
     torch.set_default_dtype(old)
 
 
+def grad_error(grads: dict, reference: dict) -> float:
+    """|g - g_ref| / |g_ref| over every parameter's gradient together (one tensor's small gradient would magnify
+    rounding)."""
+    assert grads.keys() == reference.keys() and reference
+    diff = sum(float((grads[k] - g).square().sum()) for k, g in reference.items())
+    return (diff / sum(float(g.square().sum()) for g in reference.values())) ** 0.5
+
+
 @pytest.fixture
 def no_model_building(monkeypatch):
     """Building any model option's backbone fails the test: config errors must come before that."""

@@ -87,6 +87,8 @@ BAD = [
     (["method=flow_grpo_fast", "method.window_range=[0,12]"], "method.window_range"),
     (["method=flow_grpo_fast", "method.window_size=4", "method.window_range=[2,5]"], "method.window_range"),
     (["method.updates_per_rollout=3"], "method.updates_per_rollout"),
+    (["method.rollout_chunk=0"], "method.rollout_chunk"),
+    (["experiment=toy_eam", "method.decode_chunk=0"], "method.decode_chunk"),
     (["data=file", "data.path=/nonexistent/prompts.txt"], "data.path"),
     (["data=file"], "data.path"),
     (["data.prompts=[a photo of a cat]"], "reward=color"),

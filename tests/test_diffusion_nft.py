@@ -247,7 +247,9 @@ def _sharded_work(rank, world, overrides, expected_latents):
 def test_two_sharded_ranks_equal_one_process(finetune):
     """The v_old swap under FSDP2 (the root group keeps its gathered parameters after a no-grad forward, hence the
     reshard after every swap): the rollout, the gradient and the updated v_old equal the single-process ones."""
-    overrides = [f"model.finetune={finetune}", "model.lora_rank=4", "method.kl_beta=0.01"]
+    # an fp32 reference: a bf16 one computes in bf16 in one process but is gathered to fp32 under FSDP2
+    overrides = [f"model.finetune={finetune}", "model.lora_rank=4", "method.kl_beta=0.01",
+                 "model.reference_dtype=float32"]
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -22,7 +22,10 @@ def make(overrides=(), cfg_scale=None):
     return flash_method(ToyBackbone(cfg_scale=cfg_scale), [*BASE, *overrides])
 
 
-def run_rollout(method, seed=0):
+def run_rollout(method, seed=0, every_state=False):
+    """``every_state``: keep the whole trajectory (Flash-GRPO keeps x_k* and x_k*+1 only) to inspect it; its steps are
+    drawn without the generator, so the rollout is the same either way."""
+    method.train_steps_before_sampling = not every_state
     return method.rollout(PROMPTS, torch.Generator().manual_seed(seed))
 
 
@@ -79,13 +82,13 @@ def test_kstar_is_keyed_by_group_id_not_prompt():
 
 # ----------------------------------------------------------------------------------------------- invariant 2
 def test_initial_and_sde_noise_are_independent_per_rollout_unless_shared():
-    ro = run_rollout(make())
+    ro = run_rollout(make(), every_state=True)
     x0 = ro.latents[:, 0].flatten(1)
     assert torch.cdist(x0, x0).add(torch.eye(len(ro))).min() > 0           # all initial latents differ
 
     shared = make(["share_init_noise=true"])
     assert shared.cfg.init_same_noise                                       # the shared rollout's switch follows
-    ro = run_rollout(shared)
+    ro = run_rollout(shared, every_state=True)
     k = ro.extras["sde_index"]
     for rows in groups(ro):
         first = rows[0]
@@ -99,15 +102,17 @@ def test_initial_and_sde_noise_are_independent_per_rollout_unless_shared():
 # ----------------------------------------------------------------------------------------------- invariant 3
 def test_rollouts_are_reproducible_and_ode_steps_ignore_the_noise():
     method = make(cfg_scale=4.5)
-    a, b = run_rollout(method, 3), run_rollout(method, 3)
-    assert torch.equal(a.latents, b.latents) and torch.equal(a.images, b.images)
+    a, b = run_rollout(method, 3, every_state=True), run_rollout(method, 3)
+    kept = b.latents.keep
+    assert torch.equal(a.latents.full()[kept], b.latents.states.flatten(0, 1))     # the kept states are the same
+    assert torch.equal(a.decode_latents, b.decode_latents)
     assert torch.equal(a.log_probs.nan_to_num(), b.log_probs.nan_to_num())
 
     # same x_0, different noise everywhere: identical before and at k*, different after
     fixed = make(["sde_index_pool=[3]"])
     x0 = fixed.backbone.initial_noise(12, torch.Generator().manual_seed(0))
     fixed.backbone.initial_noise = lambda n, generator=None: x0[:n].clone()
-    a, b = run_rollout(fixed, 1), run_rollout(fixed, 2)
+    a, b = run_rollout(fixed, 1, every_state=True), run_rollout(fixed, 2, every_state=True)
     assert torch.equal(a.latents[:, :4], b.latents[:, :4])
     assert not torch.equal(a.latents[:, 4], b.latents[:, 4])
 
@@ -148,7 +153,7 @@ def test_transformer_passes_per_rollout(cfg_scale):
     calls = 1 if cfg_scale is None else 2
     counter = NFECounter(method.backbone.transformer)
     ro = run_rollout(method)
-    ro.rewards = MeanReward()(ro.images, ro.prompts)
+    method.score(ro, MeanReward())
     b = len(ro)
     assert counter.snapshot() == (b * N * calls, 0)
     seen = []
@@ -170,7 +175,7 @@ def test_transformer_passes_per_rollout(cfg_scale):
 def test_replay_parity_and_zero_pre_update_clip_fraction(cfg_scale):
     method = make(cfg_scale=cfg_scale)
     ro = run_rollout(method, 4)
-    ro.rewards = MeanReward()(ro.images, ro.prompts)
+    method.score(ro, MeanReward())
     method.prepare_update(ro)
     method.update_plan(ro, torch.Generator().manual_seed(0))
     samples = torch.arange(len(ro))
@@ -185,7 +190,7 @@ def test_replay_parity_and_zero_pre_update_clip_fraction(cfg_scale):
 def test_step_metrics_histogram_lambda_and_weights():
     method = make()
     ro = run_rollout(method, 2)
-    ro.rewards = MeanReward()(ro.images, ro.prompts)
+    method.score(ro, MeanReward())
     run_updates(method, ro)
     m = method.step_metrics()
     k = ro.extras["sde_index"]
@@ -201,9 +206,9 @@ def test_step_metrics_histogram_lambda_and_weights():
 def test_ablation_switches_change_only_what_they_should():
     full, itg = make(), make(["rectify=false"])
     a, b = run_rollout(full, 5), run_rollout(itg, 5)
-    assert torch.equal(a.latents, b.latents) and torch.equal(a.extras["sde_index"], b.extras["sde_index"])
+    assert torch.equal(a.latents.states, b.latents.states) and torch.equal(a.extras["sde_index"], b.extras["sde_index"])
     for m, ro in ((full, a), (itg, b)):
-        ro.rewards = MeanReward()(ro.images, ro.prompts)
+        m.score(ro, MeanReward())
         m.prepare_update(ro)
         m.update_plan(ro, torch.Generator().manual_seed(0))
     assert torch.equal(a.advantages, b.advantages)

@@ -1,5 +1,6 @@
 """FSDP2 through each family's backbone with 2 gloo processes (issue 6): ``Backbone.parallelize`` (the family's
-``parallelize_<family>``: fully_shard per block, root last; rank 1 built on the meta device and filled from rank 0),
+``parallelize_<family>``: fully_shard per block, root last; every rank built on the meta device and filled with its
+own shards from the checkpoint),
 one full-fine-tuning step sharded equals the unsharded step, and a sharded LoRA run exports an adapter that a fresh
 process loads with diffusers' ``load_lora_weights`` and reproduces."""
 from __future__ import annotations
@@ -31,15 +32,15 @@ def _sharded(rank, world, name, x, sigma, export_dir):
     fam, mesh = FAMILIES[name], init_device_mesh("cpu", (world,))
     mine = slice(rank, None, world)
 
-    bb = fam.build(finetune="full", meta_init=True)
-    assert (rank == 0) != all(p.is_meta for p in bb.transformer.parameters())    # rank 1 read no weights
+    bb = fam.build(finetune="full")
+    assert all(p.is_meta for p in bb.transformer.parameters())    # no rank read the whole model (sharded start-up)
     bb.parallelize(mesh)
     n_units = sum(1 for m in bb.transformer.modules() if type(m).__name__.startswith("FSDP"))
     _step(bb, x[mine], sigma[mine], PROMPTS[mine], lr=0.1)
     state = {k: (v.full_tensor() if isinstance(v, DTensor) else v).detach().clone()
              for k, v in bb.transformer.state_dict().items()}
 
-    lora = fam.build(finetune="lora", lora_rank=4, meta_init=True)
+    lora = fam.build(finetune="lora", lora_rank=4)
     lora.parallelize(mesh)
     _step(lora, x[mine], sigma[mine], PROMPTS[mine], lr=1e-2, adam=True)
     with torch.no_grad():

@@ -76,7 +76,7 @@ def _sharded(rank, world, x, sigma, ckpt_dir):
     out = {}
     for kind in ("fsdp", "hsdp"):
         mesh = build_mesh(OmegaConf.create({"mesh": kind, "shard_size": None}), current_world(), "cpu")
-        bb = FAMILIES["tiny_flux"].build(finetune="full", meta_init=True)
+        bb = FAMILIES["tiny_flux"].build(finetune="full")
         bb.parallelize(mesh)
         placements = {p.placements for p in bb.transformer.parameters()}
         grads, norm, weights, opt = _grads_norm_weights(bb, x[mine], sigma[mine], PROMPTS[mine], Trainer)
@@ -86,7 +86,7 @@ def _sharded(rank, world, x, sigma, ckpt_dir):
         # a checkpoint on this mesh restores every rank's shards and optimizer state into a fresh model (resume)
         checkpoints = CheckpointManager(os.path.join(ckpt_dir, kind), current_world())
         saved = checkpoints.save(0, bb.transformer, opt, meta={})
-        fresh = FAMILIES["tiny_flux"].build(finetune="full", meta_init=True)
+        fresh = FAMILIES["tiny_flux"].build(finetune="full")
         fresh.parallelize(mesh)
         fresh_opt = torch.optim.SGD(fresh.transformer.parameters(), lr=0.1, momentum=0.9)
         checkpoints.load(saved, fresh.transformer, fresh_opt)

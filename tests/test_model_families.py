@@ -85,11 +85,15 @@ def test_gradient_checkpointing_gives_the_same_gradients(name, lora_backbones):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_bf16_compute_path(name, twin_cache):
-    """dtype=bf16 (the GPU default): frozen encoders and VAE in bf16, fp32 master weights, autocast forward, fp32
-    velocity. Exercised on the CPU, where it is only slower."""
+    """dtype=bf16 (the GPU default): frozen encoders, VAE and LoRA base in bf16 (the modules the class keeps in fp32
+    excepted), fp32 adapters, autocast forward, fp32 velocity. Exercised on the CPU, where it is only slower."""
     bb = FAMILIES[name].build(finetune="lora", lora_rank=2, dtype="bf16")
     assert bb.dtype == torch.bfloat16 and bb._text_encoders[0].dtype == torch.bfloat16
-    assert all(p.dtype == torch.float32 for p in bb.transformer.parameters())
+    assert all(p.dtype == torch.float32 for p in bb.trainable_parameters())
+    keep = set(getattr(bb.transformer, "_keep_in_fp32_modules", None) or ())
+    for n, p in bb.transformer.named_parameters():
+        if not p.requires_grad:
+            assert p.dtype == (torch.float32 if keep.intersection(n.split(".")) else torch.bfloat16), n
     v = bb.velocity(bb.initial_noise(1), torch.tensor([0.6]), bb.encode_prompts(PROMPTS[:1]))
     assert v.dtype == torch.float32 and torch.isfinite(v).all()
     v.square().mean().backward()

@@ -94,7 +94,7 @@ def side_by_side_cost(ctx: Context, lam: float, batch: int, rounds: int) -> dict
     trainers = {}
     for name in ("am", "eam_parity", "eam"):
         trainers[name] = make_trainer([*METHODS[name], f"method.reward_scale={lam}", "method.group_size=64",
-                                       f"method.prompts_per_step={batch // 64}", f"method.micro_batch={batch}",
+                                       f"method.prompts_per_step={batch // 64}", f"method.update_batch={batch * 64}",
                                        f"trainer.threads={ctx.threads}"], ctx.work / "eam" / "cost" / name)
     times: dict[str, list[float]] = {n: [] for n in trainers}
     units = {}

@@ -90,7 +90,7 @@ class Testbed:
                   f"method.sampling_steps={STEPS}", "method.shift=3.0", "method.schedule=scheduler",
                   "method.noise_kernel=flow", f"method.eta={self.eta}", "method.clip_range=1e-3",
                   "method.adv_clip_max=5.0", "method.advantage=prompt", "method.global_std=true",
-                  "method.updates_per_rollout=2", f"method.micro_batch={self.samples}",
+                  "method.updates_per_rollout=2", f"method.update_batch={self.samples}",
                   "method.shuffle_samples=true", "method.init_same_noise=false", "method.decode=final",
                   "method.quantize_timestep=false", "method.kl_beta=0.0"]
         if variant in FLASH_FAMILY:

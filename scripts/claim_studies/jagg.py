@@ -37,7 +37,7 @@ def overrides(regime: dict, variant: str, seed: int, lr: float, threads: int, di
     return ["method=jagg", "method.base=dance_grpo", "model=tiny_flux", "reward=color",
             f"method.sampling_steps={regime['steps']}", f"method.window={regime['window']}",
             f"method.eta={regime['eta']}", "method.group_size=8",
-            "method.prompts_per_step=2", "method.micro_batch=16", f"method.diagnose_every={diagnose}",
+            "method.prompts_per_step=2", "method.update_batch=16", f"method.diagnose_every={diagnose}",
             *VARIANTS[variant], f"optimizer.lr={lr}", f"trainer.seed={seed}", f"trainer.threads={threads}"]
 
 

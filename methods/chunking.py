@@ -1,0 +1,66 @@
+"""Chunked sampling, decoding and scoring: a rollout's memory is set by the chunk sizes, not by the batch
+(docs/memory.md#chunked-rollouts).
+
+* ``method.rollout_chunk``: rows per transformer call while sampling, CFG rows counted (a sample with true CFG is 2
+  rows and is never split); the SDE step itself runs on the whole batch, so the random draws are those of one call.
+* ``method.decode_chunk``: images per VAE decode and per reward call; only 8-bit host copies of the images are kept
+  (for the image grids), and the reward sees the whole batch through :meth:`rewards.base.Reward.score_chunks`.
+
+Results do not depend on the chunk sizes beyond float rounding (fp32 matmuls change in the last bits with the row
+count; tests/test_chunked_rollout.py).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+import torch
+
+from models.backbone import Backbone, PromptEmbeds
+
+
+def sample_chunks(n: int, rows_per_sample: int, rollout_chunk: int) -> list[torch.Tensor]:
+    """Sample indices per transformer call: ``rollout_chunk`` rows, at least one whole sample."""
+    per_call = max(1, int(rollout_chunk) // max(1, rows_per_sample))
+    return list(torch.arange(n).split(per_call))
+
+
+def chunked_velocity(backbone: Backbone, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds,
+                     rollout_chunk: int, velocity: Callable | None = None) -> torch.Tensor:
+    """``velocity(x, t, embeds)`` (default ``backbone.velocity``) evaluated ``rollout_chunk`` rows at a time."""
+    velocity = velocity or backbone.velocity
+    chunks = sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk)
+    out = None
+    for idx in chunks:
+        idx = idx.to(x.device)
+        v = velocity(x[idx], t[idx], embeds.select(idx))
+        if out is None:
+            out = v.new_empty((x.shape[0], *v.shape[1:]))
+        out[idx] = v
+    return out
+
+
+def display_copy(images: torch.Tensor) -> torch.Tensor:
+    """8-bit host copy of images in [0, 1], what the image grids need (launcher/plots.py reads it back)."""
+    return (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+
+
+def decode_chunks(backbone: Backbone, latents: torch.Tensor, prompts: list[str], decode_chunk: int,
+                  display: list[torch.Tensor]) -> Iterator[tuple[torch.Tensor, list[str]]]:
+    """Decoded images (fp32, no gradients) and their prompts, ``decode_chunk`` at a time; each chunk's
+    :func:`display_copy` is appended to ``display``."""
+    for idx in torch.arange(latents.shape[0]).split(max(1, int(decode_chunk))):
+        with torch.no_grad():
+            images = backbone.decode(latents[idx.to(latents.device)]).float()
+        display.append(display_copy(images))
+        yield images, [prompts[i] for i in idx.tolist()]
+
+
+@torch.no_grad()
+def score_in_chunks(backbone: Backbone, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str],
+                    decode_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(rewards (B,), display images)``: decode and score ``decode_chunk`` images at a time."""
+    display: list[torch.Tensor] = []
+    chunks = decode_chunks(backbone, latents, prompts, decode_chunk, display)
+    score_chunks = getattr(reward, "score_chunks", None)     # rewards.base.Reward; any module scoring images works
+    rewards = score_chunks(chunks) if score_chunks else torch.cat([reward(im, p).float() for im, p in chunks])
+    return rewards.float(), torch.cat(display)
