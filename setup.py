@@ -9,11 +9,13 @@
 This is a setup.py because pyproject.toml's ``[tool.setuptools]`` cannot combine package discovery
 (``packages.find``) with a package mapped from another folder (``package-dir``): a found list replaces a given one.
 """
+
 from setuptools import find_namespace_packages, find_packages, setup
 
 CONFIG_PACKAGE = "launcher.conf"
-config_packages = [CONFIG_PACKAGE] + [f"{CONFIG_PACKAGE}.{group}"
-                                      for group in find_namespace_packages("conf", exclude=["*__pycache__*"])]
+config_packages = [CONFIG_PACKAGE] + [
+    f"{CONFIG_PACKAGE}.{group}" for group in find_namespace_packages("conf", exclude=["*__pycache__*"])
+]
 
 setup(
     packages=find_packages(exclude=["tests", "tests.*", "scripts", "scripts.*", "conf", "conf.*"]) + config_packages,

@@ -9,6 +9,7 @@ the metadata, i.e. once the checkpoint is whole on disk; the commit (``meta.json
 appears as soon as it can be resumed from. At most one save is in flight: the next save, a preemption hand-over and
 the end of the run wait for it (:meth:`AsyncSaver.wait`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -36,8 +37,9 @@ class _Pending:
             future.result()
             if self._commit is not None:
                 self._commit()
-            log.info("asynchronous checkpoint written in %.2f s (in the background)",
-                     time.perf_counter() - self._started)
+            log.info(
+                "asynchronous checkpoint written in %.2f s (in the background)", time.perf_counter() - self._started
+            )
         except BaseException as e:  # noqa: BLE001 - handed to the training thread by wait()
             self.error = e
         finally:
@@ -61,8 +63,9 @@ class AsyncSaver:
         """Stage ``state`` (blocking), then write it to ``checkpoint_id`` and run ``commit`` in the background."""
         self.wait()
         started = time.perf_counter()
-        future = dcp.async_save(state, checkpoint_id=checkpoint_id, process_group=self._group,
-                                no_dist=not self._distributed)
+        future = dcp.async_save(
+            state, checkpoint_id=checkpoint_id, process_group=self._group, no_dist=not self._distributed
+        )
         self._pending = _Pending(future, commit, started)
 
     def wait(self) -> bool:

@@ -6,6 +6,7 @@ launchers' settings interpolate job keys (``${output_root}``, ``${cluster.nodes}
 :func:`hydra_cfg_resolved_in_context` makes Hydra resolve the ``hydra`` node inside the whole config before the job's
 keys are deleted; anything else runs untouched.
 """
+
 from __future__ import annotations
 
 import contextlib

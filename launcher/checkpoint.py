@@ -21,6 +21,7 @@ file, a file that is not what rewardflow writes) is set aside with a warning nam
 (:meth:`CheckpointManager.load_newest_usable`). Nothing in a checkpoint is unpickled beyond plain data
 (:mod:`launcher.safe_dcp`, :mod:`launcher.rng_state`), so a crafted run folder cannot run code.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.api import CheckpointException     # a BaseException: caught by name
+from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
 from launcher import rng_state
@@ -94,7 +95,7 @@ class CheckpointManager:
         self.root = Path(root)
         self.world = world
         self.keep_last = max(1, keep_last)
-        self.saver = AsyncSaver() if asynchronous else None     # launcher/async_checkpoint.py
+        self.saver = AsyncSaver() if asynchronous else None  # launcher/async_checkpoint.py
 
     # -- finding ------------------------------------------------------------------------------------------------
     def complete(self) -> list[Path]:
@@ -108,9 +109,15 @@ class CheckpointManager:
         return done[-1] if done else None
 
     # -- saving -------------------------------------------------------------------------------------------------
-    def save(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             meta: dict[str, Any], extra: dict[str, torch.Tensor] | None = None,
-             states: dict[str, Any] | None = None) -> Path:
+    def save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        meta: dict[str, Any],
+        extra: dict[str, torch.Tensor] | None = None,
+        states: dict[str, Any] | None = None,
+    ) -> Path:
         """Collective: every rank must call it with the same ``step``. ``extra``: more tensors (possibly
         DTensors) saved under ``method``. ``states``: more stateful objects by name (``state_dict`` /
         ``load_state_dict``, e.g. an EMA whose tensors are sharded like the weights, a torch LR scheduler), saved in
@@ -119,11 +126,11 @@ class CheckpointManager:
         (:meth:`wait`)."""
         states = dict(states or {})
         t0 = time.perf_counter()
-        self.wait()                                       # the previous save is committed before this one starts
+        self.wait()  # the previous save is committed before this one starts
         final = self.root / f"step_{step:08d}"
         tmp = self.root / f".step_{step:08d}.tmp"
         if self.world.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)        # leftovers of a writer that died
+            shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a writer that died
             tmp.mkdir(parents=True)
         barrier()
         model_sd, optim_sd = get_state_dict(model, optimizer, options=StateDictOptions(ignore_frozen_params=True))
@@ -149,19 +156,19 @@ class CheckpointManager:
         """Collective: block until an asynchronous save in flight is written and committed, on every rank (no-op
         without one)."""
         if self.saver is not None and self.saver.wait():
-            barrier()                                     # rank 0's commit is visible to all once they pass
+            barrier()  # rank 0's commit is visible to all once they pass
 
     def _commit(self, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
         """Rank 0, once every rank's shards are written: ``meta.json``, ``COMPLETE``, the rename, pruning."""
         _fsync_write(tmp / "meta.json", json.dumps(meta))
         _fsync_write(tmp / MARKER, f"{meta['step']}\n")
-        if final.exists():                                # a re-save of the same step (replayed after resume)
+        if final.exists():  # a re-save of the same step (replayed after resume)
             shutil.rmtree(final)
         os.replace(tmp, final)
         self._prune()
 
     def _prune(self) -> None:
-        for old in self.complete()[:-self.keep_last]:
+        for old in self.complete()[: -self.keep_last]:
             shutil.rmtree(old, ignore_errors=True)
 
     # -- loading ------------------------------------------------------------------------------------------------
@@ -188,8 +195,14 @@ class CheckpointManager:
             return f"{type(e).__name__}: {e}"
         return None
 
-    def load(self, path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-             extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None) -> dict[str, Any]:
+    def load(
+        self,
+        path: Path,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        extra: dict[str, torch.Tensor] | None = None,
+        states: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Restore weights, optimizer, the ``extra`` tensors (in place), the ``states`` the checkpoint holds (its
         meta's ``states``; a checkpoint without one leaves that object as it is) and this rank's RNG state; return
         the checkpoint's meta.
@@ -199,27 +212,47 @@ class CheckpointManager:
         """
         meta = json.loads((path / "meta.json").read_text())
         if meta["world_size"] != self.world.world_size:
-            raise ConfigError(f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
-                              f"{self.world.world_size}. Fix: resume with the same number of ranks "
-                              f"(cluster.tasks_per_node x cluster.nodes), or trainer.resume=false to start over")
+            raise ConfigError(
+                f"checkpoint {path} was written by {meta['world_size']} ranks, this job has "
+                f"{self.world.world_size}. Fix: resume with the same number of ranks "
+                f"(cluster.tasks_per_node x cluster.nodes), or trainer.resume=false to start over"
+            )
         opts = StateDictOptions(ignore_frozen_params=True)
         model_sd, optim_sd = get_state_dict(model, optimizer, options=opts)
         saved = set(meta.get("states", []))
-        state = {"model": model_sd, "optim": optim_sd, **({"method": extra} if extra else {}),
-                 **{k: v for k, v in (states or {}).items() if k in saved}}
+        state = {
+            "model": model_sd,
+            "optim": optim_sd,
+            **({"method": extra} if extra else {}),
+            **{k: v for k, v in (states or {}).items() if k in saved},
+        }
         with _dcp_quiet():
-            dcp.load(state, storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(),
-                     no_dist=_single_process())
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"],
-                       options=StateDictOptions(ignore_frozen_params=True, strict=False))
+            dcp.load(
+                state,
+                storage_reader=SafeFileSystemReader(str(path)),
+                planner=SafeLoadPlanner(),
+                no_dist=_single_process(),
+            )
+        set_state_dict(
+            model,
+            optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+            options=StateDictOptions(ignore_frozen_params=True, strict=False),
+        )
         rng_state.restore(rng_state.load(_rank_file(path, self.world.rank)))
         log.info("resumed from %s (step %d)", path, meta["step"])
         return meta
 
-    def load_newest_usable(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                           candidates: list[Path] | None = None, set_aside: bool = True,
-                           extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None
-                           ) -> tuple[Path, dict[str, Any]] | None:
+    def load_newest_usable(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        candidates: list[Path] | None = None,
+        set_aside: bool = True,
+        extra: dict[str, torch.Tensor] | None = None,
+        states: dict[str, Any] | None = None,
+    ) -> tuple[Path, dict[str, Any]] | None:
         """Load the newest of ``candidates`` (default: this run's complete checkpoints) that loads; None if there are
         none. A damaged one is skipped with a warning naming it and, with ``set_aside``, renamed out of the set
         (so that pruning never keeps it in place of a good one). Collective: rank 0 checks, every rank loads, and
@@ -260,6 +293,8 @@ class NoUsableCheckpoint(ConfigError):
     def __init__(self, damaged: list[tuple[Path, str]]):
         self.damaged = damaged
         listing = "; ".join(f"{p} ({reason})" for p, reason in damaged)
-        super().__init__(f"no checkpoint to resume from is usable: {listing}. Fix: trainer.resume=false starts this "
-                         f"run dir over (its metrics.jsonl is replaced), or trainer.resume_from=<another run dir "
-                         f"or checkpoint>")
+        super().__init__(
+            f"no checkpoint to resume from is usable: {listing}. Fix: trainer.resume=false starts this "
+            f"run dir over (its metrics.jsonl is replaced), or trainer.resume_from=<another run dir "
+            f"or checkpoint>"
+        )

@@ -2,6 +2,7 @@
 
 Bad configs end with a one-paragraph message naming the key and the fix (exit code 2), not a traceback.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,7 +18,7 @@ from launcher.cfg_print import hydra_cfg_resolved_in_context
 from launcher.cli_help import completion_filter
 from launcher.config import register_configs
 
-installation.guard()   # before register_configs(), which may import methods/models/rewards
+installation.guard()  # before register_configs(), which may import methods/models/rewards
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 register_configs()
 log = logging.getLogger("rewardflow")
@@ -36,15 +37,14 @@ def _run_info(cfg: DictConfig):
     name = ",".join(overrides) if overrides else None
     if multirun:
         name = f"{hc.job.num}:{name or 'defaults'}"
-    return RunInfo(run_dir=Path(hc.runtime.output_dir), run_name=name, group=group,
-                   tags=["sweep"] if multirun else [])
+    return RunInfo(run_dir=Path(hc.runtime.output_dir), run_name=name, group=group, tags=["sweep"] if multirun else [])
 
 
 def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
     from launcher import preemption
 
-    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))   # before the slow imports: see preemption.py
+    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))  # before the slow imports: see preemption.py
     if info is None and cfg.cluster.name == "local":
         _lock_run_dir_early()
     from launcher.trainer import Trainer, TrainingAborted
@@ -73,9 +73,9 @@ def run(cfg: DictConfig, info=None) -> float:
         traceback.print_exc(file=sys.stderr)
         sys.stderr.flush()
         if trainer.world.world_size > 1 and trainer.world.is_main:
-            time.sleep(2.0)          # let the other ranks finish writing theirs
+            time.sleep(2.0)  # let the other ranks finish writing theirs
         report = other_ranks_report() if trainer.world.is_main else ""
-        if report:   # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
+        if report:  # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
             raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
         raise
 

@@ -5,6 +5,7 @@ Hydra lists every group of its search path in both places and has no switch to h
 (conf/hydra/default.yaml) lists the groups through the ``rf_config_groups`` resolver, and :func:`completion_filter`
 drops the schema entries from the words a completion query prints.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-HIDDEN = ("schema", "hydra")      # hydra/* groups have their own page: --hydra-help
+HIDDEN = ("schema", "hydra")  # hydra/* groups have their own page: --hydra-help
 
 
 def _config_root():
@@ -23,15 +24,16 @@ def _config_root():
 
     path = installation.config_path()
     if path.startswith("pkg://"):
-        return importlib.resources.files(path[len("pkg://"):])
+        return importlib.resources.files(path[len("pkg://") :])
     return Path(path)
 
 
 def config_groups_text() -> str:
     """``group: option, option, ...`` per line for every config group folder (Hydra's help layout)."""
     lines = []
-    for group in sorted((p for p in _config_root().iterdir() if p.is_dir() and p.name not in HIDDEN),
-                        key=lambda p: p.name):
+    for group in sorted(
+        (p for p in _config_root().iterdir() if p.is_dir() and p.name not in HIDDEN), key=lambda p: p.name
+    ):
         options = sorted(p.name[: -len(".yaml")] for p in group.iterdir() if p.name.endswith(".yaml"))
         if options:
             lines.append(f"{group.name}: {', '.join(options)}")

@@ -4,6 +4,7 @@
 ``hydra.mode=MULTIRUN`` and the launcher from these keys): every task is one training rank, and the trainer builds
 the process group from submitit's job environment (never torchrun inside a task).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -14,29 +15,30 @@ from omegaconf import II
 
 @dataclass
 class GpuFields:
-    gpu_mem_gb: float = 80.0          # memory of one GPU, for the memory plan (docs/memory.md)
+    gpu_mem_gb: float = 80.0  # memory of one GPU, for the memory plan (docs/memory.md)
 
 
 @dataclass
 class LocalClusterConfig(GpuFields):
-    name: str = "local"               # in-process, one process
+    name: str = "local"  # in-process, one process
 
 
 @dataclass
 class MultiRankFields(GpuFields):
     """Keys of every cluster whose ranks are separate processes (launcher/mesh.py, launcher/node_cache.py)."""
-    mesh: str = "fsdp"                # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
+
+    mesh: str = "fsdp"  # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
     shard_size: Optional[int] = None  # hsdp: ranks per shard group (default: the ranks of one node)
-    cache_dir: Optional[str] = None   # the ranks' REWARDFLOW_CACHE (twins, ...); node-local: filled once per node
+    cache_dir: Optional[str] = None  # the ranks' REWARDFLOW_CACHE (twins, ...); node-local: filled once per node
 
 
 @dataclass
 class LocalMultiClusterConfig(MultiRankFields):
     name: str = "local_multi"
-    tasks_per_node: int = 2           # training processes on this machine (gloo on CPU)
-    cpus_per_task: Optional[int] = None   # torch threads per process (default: cores / tasks)
+    tasks_per_node: int = 2  # training processes on this machine (gloo on CPU)
+    cpus_per_task: Optional[int] = None  # torch threads per process (default: cores / tasks)
     timeout_min: int = 60
-    collective_timeout_s: int = 300   # a collective waiting longer than this fails the job (a dead rank)
+    collective_timeout_s: int = 300  # a collective waiting longer than this fails the job (a dead rank)
 
 
 @dataclass
@@ -44,7 +46,7 @@ class SlurmClusterConfig(MultiRankFields):
     name: str = "slurm"
     nodes: int = 1
     gpus_per_node: int = 8
-    tasks_per_node: int = II(".gpus_per_node")   # one task per GPU
+    tasks_per_node: int = II(".gpus_per_node")  # one task per GPU
     cpus_per_task: Optional[int] = None
     mem_gb: Optional[int] = None
     partition: Optional[str] = None
@@ -52,13 +54,14 @@ class SlurmClusterConfig(MultiRankFields):
     qos: Optional[str] = None
     constraint: Optional[str] = None
     timeout_min: int = 240
-    signal_delay_s: int = 120         # USR2 this long before the time limit: time for a last checkpoint
-    max_num_timeout: int = 20         # requeues on time-out (submitit's default 0 would never requeue)
-    setup: list[str] = field(default_factory=list)   # shell lines run in the sbatch script before srun
-    additional_parameters: dict[str, Any] = field(default_factory=dict)   # extra sbatch flags
+    signal_delay_s: int = 120  # USR2 this long before the time limit: time for a last checkpoint
+    max_num_timeout: int = 20  # requeues on time-out (submitit's default 0 would never requeue)
+    setup: list[str] = field(default_factory=list)  # shell lines run in the sbatch script before srun
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # extra sbatch flags
     collective_timeout_s: int = 600
-    wait: bool = True                 # false: submit, print the job ids and return (rewardflow-status follows them)
+    wait: bool = True  # false: submit, print the job ids and return (rewardflow-status follows them)
 
 
-SCHEMAS = {"cluster": {"local": LocalClusterConfig, "local_multi": LocalMultiClusterConfig,
-                       "slurm": SlurmClusterConfig}}
+SCHEMAS = {
+    "cluster": {"local": LocalClusterConfig, "local_multi": LocalMultiClusterConfig, "slurm": SlurmClusterConfig}
+}

@@ -1,5 +1,6 @@
 """How the launcher finds a config group's component (the class its ``_target_`` names) and builds it from its typed
 config: ``ComponentCls(cfg, *args)`` with ``cfg`` the group's dataclass (``OmegaConf.to_object``)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,8 +17,10 @@ def component_class(node: Any, key: str) -> type:
     try:
         return get_class(target)
     except Exception as e:  # noqa: BLE001 - hydra wraps import errors
-        raise ConfigError(f"{key}._target_={target!r} cannot be imported ({e}). Fix: pick an existing {key} option "
-                          f"(`rewardflow --help` lists them)") from None
+        raise ConfigError(
+            f"{key}._target_={target!r} cannot be imported ({e}). Fix: pick an existing {key} option "
+            f"(`rewardflow --help` lists them)"
+        ) from None
 
 
 def build(node: DictConfig, key: str, *args: Any, **kwargs: Any) -> Any:

@@ -9,6 +9,7 @@ shared registry. The dataclass holds the defaults (a method's are its official r
 so a misspelt key, a value of the wrong type or an unknown mode fails at composition time. Checks that need more than
 a type are each component's ``check`` hook, run by :mod:`launcher.validate` before anything is built.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -4,6 +4,7 @@ Batches are a pure function of (seed, step): epoch e is a permutation seeded by 
 exactly the prompts it would have seen, with no data-loader state to save. ``eval.split=N`` holds N prompts out of
 training (:func:`split_prompts`) for the held-out evaluation.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -13,7 +14,6 @@ import torch
 from launcher.data_config import DataConfig
 from rewardflow.errors import ConfigError, ConfigErrors
 from rewardflow.prompts import load_prompts
-
 
 #: seed of the held-out split: fixed, so every method and seed trains and evaluates on the same prompts
 SPLIT_SEED = 0
@@ -26,8 +26,10 @@ def split_prompts(prompts: list[str], held_out: int) -> tuple[list[str], list[st
     if held_out <= 0:
         return list(prompts), []
     if held_out >= len(prompts):
-        raise ConfigError(f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
-                          f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt")
+        raise ConfigError(
+            f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
+            f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt"
+        )
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
     chosen = set(order[:held_out])
     return ([p for i, p in enumerate(prompts) if i not in chosen], [p for i, p in enumerate(prompts) if i in chosen])

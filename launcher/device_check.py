@@ -5,6 +5,7 @@ run of hours per step in fp32, so it is refused unless the user says ``model.all
 the SOC toy are made for the CPU. These checks run where the ranks run (the run itself, and the submitting process
 of a local sweep); a ``cluster=slurm`` submit host usually has no GPU, so it leaves them to the job.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,14 +27,20 @@ def check_devices(cfg: Any, errors: ConfigErrors) -> None:
     m = cfg.model
     if getattr(m, "device", None) is None:
         return
-    if not errors.require(m.device != Device.cuda or cuda_available(), "model.device",
-                          "is cuda but this process sees no CUDA GPU (torch.cuda.is_available() is False). Fix: run "
-                          "on a GPU node (cluster=slurm cluster.gpus_per_node=<n>), or model.device=auto"):
+    if not errors.require(
+        m.device != Device.cuda or cuda_available(),
+        "model.device",
+        "is cuda but this process sees no CUDA GPU (torch.cuda.is_available() is False). Fix: run "
+        "on a GPU node (cluster=slurm cluster.gpus_per_node=<n>), or model.device=auto",
+    ):
         return
-    errors.require(not is_real_family(m) or resolved_device(m.device) != Device.cpu or m.allow_cpu,
-                   "model.allow_cpu", f"model={m.name} would run on the CPU (no CUDA GPU here): its published "
-                   f"transformer has billions of parameters, so one step takes hours in fp32. Fix: run on a GPU "
-                   f"(cluster=slurm), use a CPU twin (model=tiny_{m.name}), or model.allow_cpu=true to run it anyway")
+    errors.require(
+        not is_real_family(m) or resolved_device(m.device) != Device.cpu or m.allow_cpu,
+        "model.allow_cpu",
+        f"model={m.name} would run on the CPU (no CUDA GPU here): its published "
+        f"transformer has billions of parameters, so one step takes hours in fp32. Fix: run on a GPU "
+        f"(cluster=slurm), use a CPU twin (model=tiny_{m.name}), or model.allow_cpu=true to run it anyway",
+    )
 
 
 def placement(cfg: Any, world_size: int) -> str:
@@ -48,7 +55,7 @@ def placement(cfg: Any, world_size: int) -> str:
 def rank_and_world_size() -> tuple[int, int]:
     """This process's rank and the job's number of ranks, before the process group exists (submitit's job
     environment, a torchrun-style environment, or one process)."""
-    from rewardflow.distributed import submitit_job_env   # torch: not at composition time
+    from rewardflow.distributed import submitit_job_env  # torch: not at composition time
 
     job = submitit_job_env()
     if job is not None:

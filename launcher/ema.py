@@ -10,6 +10,7 @@ as clones of the parameters themselves: under FSDP2 a parameter is a sharded ``D
 shard on the same rank, never gathered. The averages are a state dict keyed by parameter name, saved in the DCP
 checkpoint next to the weights (sharded like them) and restored bitwise on resume.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,11 +30,16 @@ class ParameterEMA:
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         """The EMA's config check (run by :mod:`launcher.validate` before anything is built)."""
         t = cfg.trainer
-        errors.require(0.0 <= t.ema_decay < 1.0, "trainer.ema_decay",
-                       f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995")
-        errors.require(not t.export_ema or t.ema_decay > 0, "trainer.export_ema",
-                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
-                       "trainer.export_ema=false")
+        errors.require(
+            0.0 <= t.ema_decay < 1.0,
+            "trainer.ema_decay",
+            f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995",
+        )
+        errors.require(
+            not t.export_ema or t.ema_decay > 0,
+            "trainer.export_ema",
+            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or trainer.export_ema=false",
+        )
 
     def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float):
         if not 0.0 < decay < 1.0:

@@ -22,6 +22,7 @@ Evaluation never changes training: it draws no random numbers from the generator
 seeded per sample, and torch's global state is restored), it leaves the weights, the reward's state and the
 transformer's train/eval mode as they were, and its time is kept out of the compute axes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -89,32 +90,48 @@ class Evaluator:
         e, clean = cfg.eval, not errors.messages
         for key in ("every", "split"):
             errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
-        errors.require(e.prompts is None or not e.split, "eval.split",
-                       f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
-                       f"(eval.split=0, or eval.prompts=null)")
-        errors.require(not e.use_ema or cfg.trainer.ema_decay > 0, "eval.use_ema",
-                       "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or "
-                       "eval.use_ema=false")
+        errors.require(
+            e.prompts is None or not e.split,
+            "eval.split",
+            f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
+            f"(eval.split=0, or eval.prompts=null)",
+        )
+        errors.require(
+            not e.use_ema or cfg.trainer.ema_decay > 0,
+            "eval.use_ema",
+            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or eval.use_ema=false",
+        )
         prompts = None
         with errors.collect():
-            prompts = held_out_prompts(cfg)                 # also checks eval.split against the data prompts
+            prompts = held_out_prompts(cfg)  # also checks eval.split against the data prompts
         if not e.every or prompts is None:
             return
         for key in ("samples_per_prompt", "batch_size"):
             errors.require(getattr(e, key) >= 1, f"eval.{key}", f"must be >= 1 (got {getattr(e, key)})")
-        if errors.require(e.sampling_steps is not None, "eval.sampling_steps",
-                          f"is not set and model={cfg.model.name} has no inference defaults "
-                          f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0"):
+        if errors.require(
+            e.sampling_steps is not None,
+            "eval.sampling_steps",
+            f"is not set and model={cfg.model.name} has no inference defaults "
+            f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0",
+        ):
             errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
         with errors.collect():
             model_cls = component_class(cfg.model, "model")
-            errors.require(e.guidance is None or getattr(model_cls, "guidance_attr", None) is not None,
-                           "eval.guidance", f"{e.guidance}: model={cfg.model.name} has no guidance. "
-                           f"Fix: eval.guidance=null")
-        if not errors.require(bool(prompts), "eval.every",
-                              f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
-                              f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
-                              f"training; or eval.every=0") or not clean:
+            errors.require(
+                e.guidance is None or getattr(model_cls, "guidance_attr", None) is not None,
+                "eval.guidance",
+                f"{e.guidance}: model={cfg.model.name} has no guidance. Fix: eval.guidance=null",
+            )
+        if (
+            not errors.require(
+                bool(prompts),
+                "eval.every",
+                f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
+                f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
+                f"training; or eval.every=0",
+            )
+            or not clean
+        ):
             return
         # every reward scored must suit the held-out prompts: check each as if it trained on them
         held_out = replace(cfg, data=replace(cfg.data, prompts=list(prompts), path=None))
@@ -122,21 +139,29 @@ class Evaluator:
         for where, reward_cfg in rewards.items():
             if where.startswith("eval.rewards."):
                 name = where.removeprefix("eval.rewards.")
-                if not errors.require(name != cfg.reward.name and "/" not in name, where,
-                                      "the name is the trained reward's or not a metric name (eval/<name>/mean); "
-                                      "rename it"):
+                if not errors.require(
+                    name != cfg.reward.name and "/" not in name,
+                    where,
+                    "the name is the trained reward's or not a metric name (eval/<name>/mean); rename it",
+                ):
                     continue
             try:
                 reward_cls = component_class(reward_cfg, where)
             except (ConfigError, AttributeError):
-                errors.require(False, where, f"its _target_ cannot be imported. Fix: compose it from a reward "
-                                             f"option, e.g. +reward@{where}=clip")
+                errors.require(
+                    False,
+                    where,
+                    f"its _target_ cannot be imported. Fix: compose it from a reward option, e.g. +reward@{where}=clip",
+                )
                 continue
             found = ConfigErrors()
             reward_cls.check(replace(held_out, reward=reward_cfg), found)
             for message in found.messages:
-                errors.require(False, "eval.prompts", f"the held-out prompts do not suit {where}: "
-                                                      f"{message.removeprefix('reward: ')}")
+                errors.require(
+                    False,
+                    "eval.prompts",
+                    f"the held-out prompts do not suit {where}: {message.removeprefix('reward: ')}",
+                )
 
     def __init__(self, cfg: DictConfig, backbone, reward, world: World, logger, run_dir: Path, ema=None):
         e = cfg.eval
@@ -153,12 +178,11 @@ class Evaluator:
         self.rewards = {str(cfg.reward.name): reward}
         for name, reward_cfg in (e.rewards or {}).items():
             self.rewards[name] = build(reward_cfg, f"eval.rewards.{name}").to(device).eval().requires_grad_(False)
-        self.last_done = int(broadcast_object(logger.last_eval_step))   # a resumed run evaluates each point once
+        self.last_done = int(broadcast_object(logger.last_eval_step))  # a resumed run evaluates each point once
 
     def due(self, step: int) -> bool:
         """Whether evaluation ``step`` (the model after ``step`` training steps) should run now."""
-        return (self.every > 0 and step > self.last_done
-                and (step % self.every == 0 or step == self.steps))
+        return self.every > 0 and step > self.last_done and (step % self.every == 0 or step == self.steps)
 
     def maybe_run(self, step: int, wallclock_s: float) -> dict[str, float] | None:
         """Evaluate the model after ``step`` training steps if due; log the row and the grid; return the row."""
@@ -172,14 +196,23 @@ class Evaluator:
         for name, values in scores.items():
             row[f"eval/{name}/mean"] = float(values.mean())
             row[f"eval/{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
-        row.update({"time/eval_s": time.perf_counter() - t0, "time/wallclock_s": wallclock_s,
-                    "time/gpu_hours": self.world.world_size * wallclock_s / 3600.0})
+        row.update(
+            {
+                "time/eval_s": time.perf_counter() - t0,
+                "time/wallclock_s": wallclock_s,
+                "time/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
+            }
+        )
         self.last_done = step
         self.logger.log_eval(row)
         if self.world.is_main:
             self._log_grid(step, grid, scores)
-            log.info("evaluation after %d steps: %s (%.1f s)", step, ", ".join(
-                f"{n} {row[f'eval/{n}/mean']:.4f}" for n in scores), row["time/eval_s"])
+            log.info(
+                "evaluation after %d steps: %s (%.1f s)",
+                step,
+                ", ".join(f"{n} {row[f'eval/{n}/mean']:.4f}" for n in scores),
+                row["time/eval_s"],
+            )
         return row
 
     # -- internals ------------------------------------------------------------------------------------------------
@@ -192,8 +225,9 @@ class Evaluator:
         return mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
 
     def _initial_noise(self, items: list[tuple[str, int]]) -> torch.Tensor:
-        return torch.cat([self.backbone.initial_noise(1, torch.Generator().manual_seed(noise_seed(p, j)))
-                          for p, j in items])
+        return torch.cat(
+            [self.backbone.initial_noise(1, torch.Generator().manual_seed(noise_seed(p, j))) for p, j in items]
+        )
 
     @torch.no_grad()
     def _sample_and_score(self) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]]]:
@@ -209,11 +243,10 @@ class Evaluator:
         try:
             with torch.random.fork_rng(devices=cuda), bb.guidance_override(self.guidance):
                 for start in range(0, len(share), self.batch_size):
-                    idx = share[start:start + self.batch_size]
+                    idx = share[start : start + self.batch_size]
                     items = [self.items[i] for i in idx]
                     prompts = [p for p, _ in items]
-                    latents = family_ode_sample(bb, bb.encode_prompts(prompts), self._initial_noise(items),
-                                                self.sigmas)
+                    latents = family_ode_sample(bb, bb.encode_prompts(prompts), self._initial_noise(items), self.sigmas)
                     images = bb.decode(latents).float()
                     for name, reward in self.rewards.items():
                         mine[name] += reward.evaluate(images, prompts).double().cpu().tolist()

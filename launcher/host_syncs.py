@@ -6,6 +6,7 @@ counter wraps those methods of ``torch.Tensor`` while it is active and counts th
 (torch's own reads, e.g. the optimizers' step counters, live in host memory and wait for nothing). It counts the
 same calls on the CPU, where nothing waits, so a test on the CPU bounds what a GPU run would sync.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ class HostSyncCounter:
     def total(self) -> int:
         return sum(self.sites.values())
 
-    def __enter__(self) -> "HostSyncCounter":
+    def __enter__(self) -> HostSyncCounter:
         for name in READ_BACKS:
             original = getattr(torch.Tensor, name)
             self._saved[name] = original
@@ -51,4 +52,5 @@ class HostSyncCounter:
             if not caller.f_code.co_filename.startswith(_TORCH_DIR):
                 sites[f"{os.path.relpath(caller.f_code.co_filename)}:{caller.f_lineno} {name}"] += 1
             return original(tensor, *args, **kwargs)
+
         return counted

@@ -7,6 +7,7 @@ hold a package with one of those names; Python imports whichever comes first, so
 cause or run someone else's code. :func:`guard` stops the command before anything imports them, naming the module,
 both paths and the fix. Standard library only: the CLI calls it first.
 """
+
 from __future__ import annotations
 
 import base64
@@ -18,9 +19,9 @@ from pathlib import Path
 
 DISTRIBUTION = "rewardflow"
 PACKAGES = ("launcher", "methods", "models", "rewards", "rewardflow")
-CONFIG_PACKAGE = "launcher.conf"                    # the repository's conf/, shipped as this package (setup.py)
-ROOT = Path(__file__).resolve().parents[1]          # the folder holding this installation's packages
-SOURCE_CONFIGS = ROOT / "conf"                      # conf/ of a source checkout
+CONFIG_PACKAGE = "launcher.conf"  # the repository's conf/, shipped as this package (setup.py)
+ROOT = Path(__file__).resolve().parents[1]  # the folder holding this installation's packages
+SOURCE_CONFIGS = ROOT / "conf"  # conf/ of a source checkout
 
 
 def config_path() -> str:
@@ -50,24 +51,28 @@ def problem(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES) -> str | No
         if message:
             return message
     if config_path() == str(SOURCE_CONFIGS) and not (SOURCE_CONFIGS / "train.yaml").is_file():
-        return (f"rewardflow's configs are missing: there is no package {CONFIG_PACKAGE} and no {SOURCE_CONFIGS}. "
-                f"Fix: reinstall rewardflow (`pip install .` from a clone, or `pip install -e .` again for an "
-                f"editable install).")
+        return (
+            f"rewardflow's configs are missing: there is no package {CONFIG_PACKAGE} and no {SOURCE_CONFIGS}. "
+            f"Fix: reinstall rewardflow (`pip install .` from a clone, or `pip install -e .` again for an "
+            f"editable install)."
+        )
     return None
 
 
 def _shadowed(name: str, root: Path) -> str | None:
     expected = root / name / "__init__.py"
-    spec = importlib.util.find_spec(name)            # does not import it (nor anything else)
+    spec = importlib.util.find_spec(name)  # does not import it (nor anything else)
     if spec is None:
-        return (f"rewardflow's package `{name}` is missing (expected {expected}). "
-                f"Fix: reinstall rewardflow (`pip install --force-reinstall --no-deps {DISTRIBUTION}`).")
+        return (
+            f"rewardflow's package `{name}` is missing (expected {expected}). "
+            f"Fix: reinstall rewardflow (`pip install --force-reinstall --no-deps {DISTRIBUTION}`)."
+        )
     if spec.origin and spec.has_location:
         found = Path(spec.origin).resolve()
         if found == expected:
             return None
         where, folder = str(found), found.parent.parent
-    else:   # a folder without __init__.py on sys.path: Python takes it as a namespace package before an editable
+    else:  # a folder without __init__.py on sys.path: Python takes it as a namespace package before an editable
         # install's finder is asked (e.g. a `models/` folder of checkpoints in the directory of `python -m launcher`)
         locations = [Path(p).resolve() for p in spec.submodule_search_locations or ()]
         where = f"the folder {locations[0]} (no __init__.py: a namespace package)" if locations else "nowhere"
@@ -82,8 +87,10 @@ def _shadowed(name: str, root: Path) -> str | None:
     else:
         source = f"the folder {folder} on sys.path (PYTHONPATH, a .pth file or the working directory)"
         fix = "remove that folder from PYTHONPATH (or sys.path), or give rewardflow a virtual environment of its own"
-    return (f"the module `{name}` is imported from {where}, not from rewardflow's installation ({expected}): "
-            f"{source} shadows rewardflow's `{name}`. Fix: {fix}.")
+    return (
+        f"the module `{name}` is imported from {where}, not from rewardflow's installation ({expected}): "
+        f"{source} shadows rewardflow's `{name}`. Fix: {fix}."
+    )
 
 
 def _overwritten(name: str, root: Path, recorded: metadata.FileHash | None) -> str | None:
@@ -93,9 +100,11 @@ def _overwritten(name: str, root: Path, recorded: metadata.FileHash | None) -> s
     others = _other_distributions(name)
     culprit = f"the distribution {' / '.join(others)}" if others else "another installation"
     uninstall = f"`pip uninstall {' '.join(others)}`, then " if others else ""
-    return (f"rewardflow's module `{name}` ({path}) is not the file rewardflow installed: {culprit} installed a "
-            f"package `{name}` into the same folder ({root}) and wrote over it. Fix: give rewardflow a virtual "
-            f"environment of its own, or {uninstall}`pip install --force-reinstall --no-deps {DISTRIBUTION}`.")
+    return (
+        f"rewardflow's module `{name}` ({path}) is not the file rewardflow installed: {culprit} installed a "
+        f"package `{name}` into the same folder ({root}) and wrote over it. Fix: give rewardflow a virtual "
+        f"environment of its own, or {uninstall}`pip install --force-reinstall --no-deps {DISTRIBUTION}`."
+    )
 
 
 def _recorded_hashes(root: Path) -> dict[str, metadata.FileHash]:
@@ -111,7 +120,7 @@ def _hash_of(path: Path, mode: str) -> str | None:
     if not path.is_file():
         return None
     digest = hashlib.new(mode, path.read_bytes()).digest()
-    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()   # RECORD's encoding (the wheel spec)
+    return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()  # RECORD's encoding (the wheel spec)
 
 
 def _other_distributions(name: str) -> list[str]:

@@ -1,5 +1,6 @@
 """When a multi-rank job fails, say why: the error of rank 0 (the only one Hydra reports) plus the tails of the
 other ranks' logs, where the rank that died first wrote its traceback."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +11,7 @@ def tail(path: Path, lines: int = 25) -> str:
         text = path.read_text(errors="replace").splitlines()
     except OSError:
         return "(no log)"
-    keep = [l for l in text if "Warning" not in l and "warnings.warn" not in l]   # library warnings are noise here
+    keep = [l for l in text if "Warning" not in l and "warnings.warn" not in l]  # library warnings are noise here
     return "\n".join(keep[-lines:])
 
 

@@ -1,6 +1,7 @@
 """Write a log record to the run's log file (``<run dir>/rewardflow.log``, Hydra's file handler) without printing it
 on the console: for text the console already shows another way (a config error printed on stderr, per-step
 metrics while the progress bar is drawn)."""
+
 from __future__ import annotations
 
 import logging

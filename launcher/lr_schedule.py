@@ -10,6 +10,7 @@ resumed run continues the same curve:
 - ``warmup_cosine``: the same warmup, then a cosine from ``lr`` down to 0 over the remaining steps
   (``LinearLR`` then ``CosineAnnealingLR``, chained by ``SequentialLR``).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,14 +32,22 @@ def check(cfg: Any, errors: ConfigErrors) -> None:
     typed config."""
     o, steps = cfg.optimizer, int(cfg.trainer.steps)
     name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
-    errors.require(name != LRSchedule.constant or not warmup, "optimizer.warmup_steps",
-                   f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
-                   f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0")
-    errors.require(name == LRSchedule.constant or warmup >= 1, "optimizer.warmup_steps",
-                   f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})")
-    errors.require(name != LRSchedule.warmup_cosine or warmup < steps, "optimizer.warmup_steps",
-                   f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < "
-                   f"trainer.steps")
+    errors.require(
+        name != LRSchedule.constant or not warmup,
+        "optimizer.warmup_steps",
+        f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
+        f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0",
+    )
+    errors.require(
+        name == LRSchedule.constant or warmup >= 1,
+        "optimizer.warmup_steps",
+        f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})",
+    )
+    errors.require(
+        name != LRSchedule.warmup_cosine or warmup < steps,
+        "optimizer.warmup_steps",
+        f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < trainer.steps",
+    )
 
 
 def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:

@@ -11,6 +11,7 @@ widths, by the width ratio.
 decode frame by frame), without gradients (``infer``) and with them (``grad``: the adjoint methods decode with
 gradients to differentiate the reward), fp32; the SD3.5 VAE is FLUX.1's architecture.
 """
+
 ACTIVATION_BYTES = {
     "flux": {
         "double": {

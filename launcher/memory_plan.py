@@ -21,6 +21,7 @@ Phases: ``rollout`` (sampling, decoding, scoring) and ``update`` (forward + back
 the larger one plus a fixed allowance for the CUDA context and allocator. The module imports neither torch nor the
 model libraries, so a plan takes a second.
 """
+
 from __future__ import annotations
 
 import copy
@@ -30,29 +31,38 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rewardflow.errors import ConfigError
 from launcher.memory_coefficients import ACTIVATION_BYTES, VAE_DECODE_BYTES
+from rewardflow.errors import ConfigError
 
-GiB = float(2 ** 30)
+GiB = float(2**30)
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float64": 8}
-CUDA_OVERHEAD = 2.0 * GiB          # CUDA context, NCCL buffers and allocator slack per rank (not measurable on a CPU)
-VAE_FACTOR = 8                     # pixels per latent pixel (and 4 frames per latent frame for Wan)
+CUDA_OVERHEAD = 2.0 * GiB  # CUDA context, NCCL buffers and allocator slack per rank (not measurable on a CPU)
+VAE_FACTOR = 8  # pixels per latent pixel (and 4 frames per latent frame for Wan)
 
 #: the diffusers families, by the module of the model config's ``_target_``
-FAMILY_OF_MODULE = {"models.flux": "flux", "models.tiny_flux": "flux", "models.sd3": "sd3", "models.tiny_sd3": "sd3",
-                    "models.qwenimage": "qwenimage", "models.tiny_qwenimage": "qwenimage", "models.wan": "wan",
-                    "models.tiny_wan": "wan"}
+FAMILY_OF_MODULE = {
+    "models.flux": "flux",
+    "models.tiny_flux": "flux",
+    "models.sd3": "sd3",
+    "models.tiny_sd3": "sd3",
+    "models.qwenimage": "qwenimage",
+    "models.tiny_qwenimage": "qwenimage",
+    "models.wan": "wan",
+    "models.tiny_wan": "wan",
+}
 TINY_TWINS = {"models.tiny_flux", "models.tiny_sd3", "models.tiny_qwenimage", "models.tiny_wan"}
 #: published parameter counts of the frozen companions (model cards; the sum of the checkpoints' tensors)
-TEXT_ENCODER_PARAMS = {"flux": 123.1e6 + 4.762e9,               # CLIP-L text + T5-XXL encoder
-                       "sd3": 123.1e6 + 694.7e6 + 4.762e9,      # CLIP-L + CLIP-G (with projections) + T5-XXL
-                       "qwenimage": 8.292e9,                    # Qwen2.5-VL-7B (with its vision tower)
-                       "wan": 5.680e9}                          # UMT5-XXL encoder
+TEXT_ENCODER_PARAMS = {
+    "flux": 123.1e6 + 4.762e9,  # CLIP-L text + T5-XXL encoder
+    "sd3": 123.1e6 + 694.7e6 + 4.762e9,  # CLIP-L + CLIP-G (with projections) + T5-XXL
+    "qwenimage": 8.292e9,  # Qwen2.5-VL-7B (with its vision tower)
+    "wan": 5.680e9,
+}  # UMT5-XXL encoder
 VAE_PARAMS = {"flux": 83.8e6, "sd3": 83.8e6, "qwenimage": 126.9e6, "wan": 126.9e6}
-REWARD_PARAMS = {"hps": 986.1e6, "pickscore": 986.1e6, "clip": 427.6e6}     # open_clip ViT-H-14, CLIP-H, CLIP-L
+REWARD_PARAMS = {"hps": 986.1e6, "pickscore": 986.1e6, "clip": 427.6e6}  # open_clip ViT-H-14, CLIP-H, CLIP-L
 #: the calibrated VAE of each family (SD3.5's VAE has FLUX.1's architecture)
 VAE_KIND = {"flux": "flux", "sd3": "flux", "qwenimage": "qwenimage", "wan": "wan"}
-QWEN_TEXT_TOKENS = 128             # Qwen-Image keeps prompts unpadded: a long prompt after the chat template
+QWEN_TEXT_TOKENS = 128  # Qwen-Image keeps prompts unpadded: a long prompt after the chat template
 
 
 @dataclass
@@ -88,17 +98,22 @@ class MemoryPlan:
 
     def verdict(self) -> str:
         state = "fits" if self.fits else "DOES NOT FIT"
-        return (f"{state}: peak {self.peak / GiB:.1f} GiB of {self.gpu_bytes / GiB:.0f} GiB per rank "
-                f"({self.world} rank{'s' if self.world > 1 else ''})")
+        return (
+            f"{state}: peak {self.peak / GiB:.1f} GiB of {self.gpu_bytes / GiB:.0f} GiB per rank "
+            f"({self.world} rank{'s' if self.world > 1 else ''})"
+        )
 
     def table(self) -> str:
         rows = [f"memory plan, per rank: {self.run}", f"  {'':44s} {'rollout':>9s} {'update':>9s}  (GiB)"]
         for line in self.lines:
             if line.rollout or line.update:
-                rows.append(f"  {line.what:44s} {line.rollout / GiB:9.2f} {line.update / GiB:9.2f}"
-                            + (f"  {line.note}" if line.note else ""))
-        rows.append(f"  {'CUDA context and allocator allowance':44s} {self.overhead / GiB:9.2f} "
-                    f"{self.overhead / GiB:9.2f}")
+                rows.append(
+                    f"  {line.what:44s} {line.rollout / GiB:9.2f} {line.update / GiB:9.2f}"
+                    + (f"  {line.note}" if line.note else "")
+                )
+        rows.append(
+            f"  {'CUDA context and allocator allowance':44s} {self.overhead / GiB:9.2f} {self.overhead / GiB:9.2f}"
+        )
         rows.append(f"  {'total':44s} {self.phase('rollout') / GiB:9.2f} {self.phase('update') / GiB:9.2f}")
         rows += [f"  note: {n}" for n in self.notes]
         rows.append(f"  {self.verdict()}")
@@ -142,8 +157,12 @@ def transformer_config(model: dict, family: str) -> tuple[dict, str]:
             return _config(Path(cached)), f"hub cache of {path}"
     except Exception:  # noqa: BLE001 - no cache or not a hub id: the published config below
         pass
-    published = {"flux": pub.FLUX_DEV, "sd3": pub.SD35_MEDIUM, "qwenimage": pub.QWEN_IMAGE,
-                 "wan": pub.WAN21_T2V_14B if "14b" in str(path).lower() else pub.WAN21_T2V_1_3B}[family]
+    published = {
+        "flux": pub.FLUX_DEV,
+        "sd3": pub.SD35_MEDIUM,
+        "qwenimage": pub.QWEN_IMAGE,
+        "wan": pub.WAN21_T2V_14B if "14b" in str(path).lower() else pub.WAN21_T2V_1_3B,
+    }[family]
     return dict(published), f"published config of {path}"
 
 
@@ -158,7 +177,7 @@ def component_params(model: dict, family: str) -> dict[str, float]:
     module = str(model.get("_target_", "")).rsplit(".", 1)[0]
     folder = Path(os.path.expanduser(str(path))) if path else None
     if path is None and module in TINY_TWINS:
-        return {"text_encoders": 0.0, "vae": 0.0}                  # a few MB: below the plan's resolution
+        return {"text_encoders": 0.0, "vae": 0.0}  # a few MB: below the plan's resolution
     if folder is not None and folder.is_dir():
         encoders = sum(safetensors_params(folder / d) for d in ("text_encoder", "text_encoder_2", "text_encoder_3"))
         return {"text_encoders": float(encoders), "vae": float(safetensors_params(folder / "vae"))}
@@ -181,9 +200,9 @@ def safetensors_params(folder: Path) -> int:
 class CallSize:
     image_tokens: int
     text_tokens: int
-    rows_per_sample: int          # 2 with true CFG
-    latent_elements: int          # per sample
-    pixels: int                   # per sample: 3 x height x width x frames
+    rows_per_sample: int  # 2 with true CFG
+    latent_elements: int  # per sample
+    pixels: int  # per sample: 3 x height x width x frames
     frames: int = 1
 
 
@@ -197,9 +216,10 @@ def call_size(model: dict, family: str, tconfig: dict) -> CallSize:
         lat_f = (frames - 1) // 4 + 1
         p_t, p_h, p_w = tconfig["patch_size"]
         tokens = (lat_f // p_t) * (lat_h // p_h) * (lat_w // p_w)
-        return CallSize(tokens, seq, cfg_rows, tconfig["in_channels"] * lat_f * lat_h * lat_w, 3 * h * w * frames,
-                        frames)
-    channels = tconfig["in_channels"] if family == "sd3" else tconfig["in_channels"] // 4   # FLUX, Qwen: packed 2x2
+        return CallSize(
+            tokens, seq, cfg_rows, tconfig["in_channels"] * lat_f * lat_h * lat_w, 3 * h * w * frames, frames
+        )
+    channels = tconfig["in_channels"] if family == "sd3" else tconfig["in_channels"] // 4  # FLUX, Qwen: packed 2x2
     tokens = (lat_h // 2) * (lat_w // 2)
     text = {"flux": seq, "sd3": 77 + seq, "qwenimage": min(seq, QWEN_TEXT_TOKENS)}[family]
     return CallSize(tokens, text, cfg_rows, channels * lat_h * lat_w, 3 * h * w)
@@ -209,8 +229,10 @@ def activation_table(family: str, width: int) -> tuple[dict, float]:
     """The calibrated per-token bytes of the family (Wan: the calibrated size nearest in width) and the width ratio."""
     names = [n for n in ACTIVATION_BYTES if n.rstrip("0123456789b") == family or n == family]
     if not names:
-        raise ConfigError(f"no activation calibration for the {family} family in launcher/memory_coefficients.py; "
-                          f"run scripts/calibrate_memory.py --write")
+        raise ConfigError(
+            f"no activation calibration for the {family} family in launcher/memory_coefficients.py; "
+            f"run scripts/calibrate_memory.py --write"
+        )
     best = min(names, key=lambda n: abs(_width_of(n) - width))
     return ACTIVATION_BYTES[best], width / _width_of(best)
 
@@ -218,8 +240,13 @@ def activation_table(family: str, width: int) -> tuple[dict, float]:
 def _width_of(name: str) -> int:
     from models import published_configs as pub
 
-    cfg = {"flux": pub.FLUX_DEV, "sd3": pub.SD35_MEDIUM, "qwenimage": pub.QWEN_IMAGE, "wan": pub.WAN21_T2V_1_3B,
-           "wan14b": pub.WAN21_T2V_14B}[name]
+    cfg = {
+        "flux": pub.FLUX_DEV,
+        "sd3": pub.SD35_MEDIUM,
+        "qwenimage": pub.QWEN_IMAGE,
+        "wan": pub.WAN21_T2V_1_3B,
+        "wan14b": pub.WAN21_T2V_14B,
+    }[name]
     return cfg["attention_head_dim"] * cfg["num_attention_heads"]
 
 
@@ -241,9 +268,9 @@ def train_rows(method: dict, rows_per_sample: int) -> tuple[int, str]:
     """Transformer rows in the largest call with gradients: ``method.update_batch`` rows (CFG rows counted), except
     that the adjoint methods put all of a sample's loss rows in one call (docs/performance.md#batched-trained-steps)."""
     b = int(method.get("update_batch", 8))
-    if "loss_timesteps" in method:                               # EAM: K_t kernel samples per sample
+    if "loss_timesteps" in method:  # EAM: K_t kernel samples per sample
         per = int(method["loss_timesteps"]) * rows_per_sample
-    elif "loss_last_steps" in method:                            # AM: every loss step of a sample at once
+    elif "loss_last_steps" in method:  # AM: every loss step of a sample at once
         per = (int(method["loss_last_steps"]) + int(method["loss_random_steps"])) * rows_per_sample
     else:
         return b, f"update_batch {b}"
@@ -267,7 +294,7 @@ def kept_states(method: dict) -> int:
     name, n = method.get("name"), int(method.get("sampling_steps", 1))
     if name == "flash_grpo":
         return 2
-    if name in ("eam", "diffusion_nft"):                       # the final latent only
+    if name in ("eam", "diffusion_nft"):  # the final latent only
         return 1
     if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg"):
         return int(method["window_size"]) + 1
@@ -282,12 +309,12 @@ class Run:
 
     cfg: dict
     family: str
-    tconfig: dict                 # the transformer's config
-    inv: object                   # models.param_inventory.Inventory
+    tconfig: dict  # the transformer's config
+    inv: object  # models.param_inventory.Inventory
     size: CallSize
     source: str
     world: int
-    cb: int                       # bytes of the compute dtype (bf16 on GPUs, fp32 on the CPU)
+    cb: int  # bytes of the compute dtype (bf16 on GPUs, fp32 on the CPU)
 
     @property
     def model(self) -> dict:
@@ -350,13 +377,23 @@ def plan(cfg: dict, world: int | None = None, gpu_gb: float | None = None) -> Me
     on_gpu = model.get("device", "auto") != "cpu"
     dtype = model.get("dtype", "auto")
     cb = DTYPE_BYTES[dtype] if dtype != "auto" else (2 if on_gpu else 4)
-    run = Run(cfg, family, tconfig, INVENTORIES[family](tconfig), call_size(model, family, tconfig), source,
-              world or world_size(cfg), cb)
+    run = Run(
+        cfg,
+        family,
+        tconfig,
+        INVENTORIES[family](tconfig),
+        call_size(model, family, tconfig),
+        source,
+        world or world_size(cfg),
+        cb,
+    )
     lines = [*state_lines(run), *companion_lines(run), buffer_line(run), *call_lines(run)]
     gpu = float(gpu_gb if gpu_gb is not None else cfg["cluster"].get("gpu_mem_gb", 80.0)) * GiB
     method = cfg["method"]
-    name = (f"method={method.get('name')} model={model.get('name')} finetune={model.get('finetune')} "
-            f"({run.inv.params / 1e9:.2f} B, {source})")
+    name = (
+        f"method={method.get('name')} model={model.get('name')} finetune={model.get('finetune')} "
+        f"({run.inv.params / 1e9:.2f} B, {source})"
+    )
     result = MemoryPlan(name, run.world, gpu, lines, CUDA_OVERHEAD if on_gpu else 0.0)
     if model.get("text_encoders") == "precompute":
         result.notes.append("text encoders: used once at start (precompute), then freed")
@@ -371,18 +408,28 @@ def state_lines(run: Run) -> list[Line]:
     trainable = run.adapters if run.lora else P
     if run.lora:
         base = P * cb if run.replicated_base else run.per_rank(P * cb)
-        lines.append(Line("transformer (frozen LoRA base)", base, base,
-                          f"{P / 1e9:.2f} B params, {'replicated' if run.replicated_base else 'sharded'}"))
+        lines.append(
+            Line(
+                "transformer (frozen LoRA base)",
+                base,
+                base,
+                f"{P / 1e9:.2f} B params, {'replicated' if run.replicated_base else 'sharded'}",
+            )
+        )
         adapters = run.per_rank(run.adapters * 4)
         lines.append(Line("LoRA adapters (fp32)", adapters, adapters, f"{run.adapters / 1e6:.1f} M params"))
     else:
-        lines.append(Line("transformer (fp32 master weights)", run.per_rank(P * 4), run.per_rank(P * 4),
-                          f"{P / 1e9:.2f} B params"))
+        lines.append(
+            Line(
+                "transformer (fp32 master weights)", run.per_rank(P * 4), run.per_rank(P * 4), f"{P / 1e9:.2f} B params"
+            )
+        )
     if run.reference:
         name = run.model.get("reference_dtype", "bfloat16")
-        lines.append(Line(f"frozen reference ({name})", run.per_rank(P * DTYPE_BYTES[name]),
-                          run.per_rank(P * DTYPE_BYTES[name])))
-    if "old_decay_rate" in run.method:           # DiffusionNFT's lagging copy of the trainable weights (v_old)
+        lines.append(
+            Line(f"frozen reference ({name})", run.per_rank(P * DTYPE_BYTES[name]), run.per_rank(P * DTYPE_BYTES[name]))
+        )
+    if "old_decay_rate" in run.method:  # DiffusionNFT's lagging copy of the trainable weights (v_old)
         old = run.per_rank(trainable * 4)
         lines.append(Line("old policy v_old (fp32)", old, old))
     lines.append(Line("gradients (fp32)", 0.0, run.per_rank(trainable * 4)))
@@ -390,9 +437,8 @@ def state_lines(run: Run) -> list[Line]:
     optimizer = run.per_rank(moments * trainable * 4)
     lines.append(Line("optimizer state (fp32)", optimizer, optimizer))
     if run.shards > 1 and not run.replicated_base:
-        gathered = (run.inv.largest_pair + run.inv.units[0].params) * cb      # current + prefetched block
-        lines.append(Line("FSDP: gathered blocks (2) and root", gathered,
-                          gathered * (2 if run.reference else 1)))
+        gathered = (run.inv.largest_pair + run.inv.units[0].params) * cb  # current + prefetched block
+        lines.append(Line("FSDP: gathered blocks (2) and root", gathered, gathered * (2 if run.reference else 1)))
     return lines
 
 
@@ -408,7 +454,7 @@ def companion_lines(run: Run) -> list[Line]:
 
 
 def vae_dtype_bytes(run: Run) -> int:
-    return 4 if run.family == "wan" else run.cb             # Wan's VAE runs in fp32 (models/wan.py)
+    return 4 if run.family == "wan" else run.cb  # Wan's VAE runs in fp32 (models/wan.py)
 
 
 def buffer_line(run: Run) -> Line:
@@ -418,10 +464,16 @@ def buffer_line(run: Run) -> Line:
     offload = bool(method.get("trajectory_offload"))
     prompts = math.ceil(int(method["prompts_per_step"]) / run.world)
     text_width = run.tconfig.get("joint_attention_dim") or run.tconfig["text_dim"]
-    nbytes = (run.samples * size.latent_elements * 4 * (4 + (0 if offload else states))
-              + prompts * size.text_tokens * text_width * run.cb)
-    return Line("rollout buffers", nbytes, nbytes,
-                f"{run.samples} samples, {states} state(s) each{' (offloaded)' if offload else ''}")
+    nbytes = (
+        run.samples * size.latent_elements * 4 * (4 + (0 if offload else states))
+        + prompts * size.text_tokens * text_width * run.cb
+    )
+    return Line(
+        "rollout buffers",
+        nbytes,
+        nbytes,
+        f"{run.samples} samples, {states} state(s) each{' (offloaded)' if offload else ''}",
+    )
 
 
 def call_lines(run: Run) -> list[Line]:
@@ -435,32 +487,40 @@ def call_lines(run: Run) -> list[Line]:
 
     def root(kind: str) -> float:
         return per_row_bytes(table["root"][kind], size, scale)
+
     call_rows = max(1, int(method.get("rollout_chunk", 32)) // size.rows_per_sample) * size.rows_per_sample
     call_rows = min(call_rows, run.samples * size.rows_per_sample)
-    sampling = call_rows * (root("infer") + max(unit(u, "infer") for u in inv.blocks))     # one block at a time
+    sampling = call_rows * (root("infer") + max(unit(u, "infer") for u in inv.blocks))  # one block at a time
     chunk = min(int(method.get("decode_chunk", 8)), run.samples)
-    grad = "reward_scale" in method        # the adjoint methods differentiate the reward through the VAE
+    grad = "reward_scale" in method  # the adjoint methods differentiate the reward through the VAE
     per_pixel = VAE_DECODE_BYTES[VAE_KIND[run.family]]["grad" if grad else "infer"] * vae_dtype_bytes(run) / 4
     frame = size.pixels // size.frames // 3
-    decode = chunk * (frame * per_pixel + size.pixels * 4)        # one frame's working set + the decoded images
-    encode = (component_params(run.model, run.family)["text_encoders"] * run.cb
-              if run.model.get("text_encoders", "offload") == "offload" else 0.0)
-    options = [(sampling, f"sampling call, {call_rows} rows"), (decode, f"decoding {chunk} images"),
-               (encode, "text encoders, encoding new prompts")]
+    decode = chunk * (frame * per_pixel + size.pixels * 4)  # one frame's working set + the decoded images
+    encode = (
+        component_params(run.model, run.family)["text_encoders"] * run.cb
+        if run.model.get("text_encoders", "offload") == "offload"
+        else 0.0
+    )
+    options = [
+        (sampling, f"sampling call, {call_rows} rows"),
+        (decode, f"decoding {chunk} images"),
+        (encode, "text encoders, encoding new prompts"),
+    ]
     transient, which = max(options, key=lambda o: o[0])
     rows, why = train_rows(method, size.rows_per_sample)
     share = checkpointed_share(run.model)
-    working = max(unit(u, "peak") - unit(u, "saved") for u in inv.blocks)         # the block running
+    working = max(unit(u, "peak") - unit(u, "saved") for u in inv.blocks)  # the block running
     # a checkpointed block keeps its inputs (the backward recomputes one block at a time); the others all they save
     inputs = sum(u.count * (size.image_tokens + size.text_tokens) * inv.width * run.cb for u in inv.blocks)
     full = sum(u.count * unit(u, "saved") for u in inv.blocks)
     saved = share * inputs + (1 - share) * full + (max(unit(u, "saved") for u in inv.blocks) if share else 0.0)
     train = rows * (root("peak") + saved + working)
     grads = (run.adapters / max(1, inv.depth) if run.lora else inv.largest_unit) * (run.cb + 4)
-    return [Line("largest rollout transient", transient, 0.0, which),
-            Line("training call: activations", 0.0, train,
-                 f"{why} = {rows} rows, {share:.0%} of blocks checkpointed"),
-            Line("training call: one block's gradients", 0.0, grads)]
+    return [
+        Line("largest rollout transient", transient, 0.0, which),
+        Line("training call: activations", 0.0, train, f"{why} = {rows} rows, {share:.0%} of blocks checkpointed"),
+        Line("training call: one block's gradients", 0.0, grads),
+    ]
 
 
 def _reward_bytes(reward: dict, dtype_bytes: int) -> float:
@@ -472,8 +532,11 @@ def _reward_bytes(reward: dict, dtype_bytes: int) -> float:
 # --------------------------------------------------------------------------------------------------- the fixes
 #: single changes tried in order when a run does not fit (key, value, when it applies)
 CANDIDATES = (
-    ("model.activation_checkpointing", "full",
-     lambda c: str(c["model"].get("activation_checkpointing", "auto")) not in ("full", "auto")),
+    (
+        "model.activation_checkpointing",
+        "full",
+        lambda c: str(c["model"].get("activation_checkpointing", "auto")) not in ("full", "auto"),
+    ),
     ("method.update_batch", 2, lambda c: int(c["method"].get("update_batch", 8)) > 2),
     ("method.rollout_chunk", None, lambda c: True),
     ("method.decode_chunk", 1, lambda c: int(c["method"].get("decode_chunk", 8)) > 1),
@@ -506,7 +569,7 @@ def suggest_fixes(cfg: dict, result: MemoryPlan, world: int, gpu_gb: float | Non
         if trial is not None and trial.fits:
             fixes.append(f"{key}={_fmt(value)} (peak {trial.peak / GiB:.1f} GiB)")
     combined, applied = cfg, []
-    if not fixes:                                    # no single change: the changes together (the method kept)
+    if not fixes:  # no single change: the changes together (the method kept)
         for key, value, applies in CANDIDATES:
             if key in ("method.rollout_chunk", "model.finetune") or not applies(combined):
                 continue
@@ -525,8 +588,10 @@ def suggest_fixes(cfg: dict, result: MemoryPlan, world: int, gpu_gb: float | Non
 
 
 def _ranks(n: int) -> str:
-    return (f"{n} ranks (e.g. cluster.nodes={math.ceil(n / 8)} cluster.gpus_per_node={min(n, 8)}) with "
-            f"method.prompts_per_step a multiple of {n}")
+    return (
+        f"{n} ranks (e.g. cluster.nodes={math.ceil(n / 8)} cluster.gpus_per_node={min(n, 8)}) with "
+        f"method.prompts_per_step a multiple of {n}"
+    )
 
 
 def ranks_needed(cfg: dict, world: int, gpu_gb: float | None, limit: int = 1024) -> int | None:
@@ -569,9 +634,11 @@ def check_at_start(cfg, world) -> None:
     if world.is_main:
         logging.getLogger(__name__).info("%s", result.table())
     if not result.fits:
-        raise ConfigError(f"the planned memory does not fit: {result.verdict()}. Fix: "
-                          + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
-                          + " (`rewardflow ... --plan` prints the table)")
+        raise ConfigError(
+            f"the planned memory does not fit: {result.verdict()}. Fix: "
+            + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
+            + " (`rewardflow ... --plan` prints the table)"
+        )
 
 
 # ----------------------------------------------------------------------------------------------- command line
@@ -590,12 +657,19 @@ def compose_runs(overrides: list[str]) -> list[tuple[list[str], dict]]:
 
     register_configs()
     parsed = OverridesParser.create().parse_overrides(overrides)
-    choices = [[o.input_line] if not o.is_sweep_override() else
-               [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] for o in parsed]
+    choices = [
+        [o.input_line]
+        if not o.is_sweep_override()
+        else [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
+        for o in parsed
+    ]
     GlobalHydra.instance().clear()
     path = installation.config_path()
-    init = (initialize_config_module(path.removeprefix("pkg://"), version_base="1.3") if path.startswith("pkg://")
-            else initialize_config_dir(config_dir=path, version_base="1.3"))
+    init = (
+        initialize_config_module(path.removeprefix("pkg://"), version_base="1.3")
+        if path.startswith("pkg://")
+        else initialize_config_dir(config_dir=path, version_base="1.3")
+    )
     runs = []
     with init:
         for combo in itertools.product(*choices) if choices else [()]:
@@ -611,8 +685,10 @@ def main(overrides: list[str]) -> int:
     for combo, cfg in compose_runs(overrides):
         result = plan_with_fixes(cfg)
         if result is None:
-            print(f"memory plan: model={cfg['model'].get('name')} is not a diffusers family; nothing to plan "
-                  f"({' '.join(combo)})")
+            print(
+                f"memory plan: model={cfg['model'].get('name')} is not a diffusers family; nothing to plan "
+                f"({' '.join(combo)})"
+            )
             continue
         print(result.table())
         status |= 0 if result.fits else 1

@@ -11,6 +11,7 @@
 either mesh. Ranks are laid out as SLURM numbers them (node-major): rank ``r`` is in replica ``r // shard_size`` at
 shard index ``r % shard_size``, so with the default shard size a shard group is exactly one node.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,25 +25,31 @@ def mesh_shape(kind: str, world_size: int, ranks_per_node: int, shard_size: int 
     """``(world_size,)`` for ``fsdp``; ``(world_size // shard, shard)`` for ``hsdp``, where ``shard`` is
     ``shard_size`` or else ``ranks_per_node``. Raises :class:`ConfigError` naming the key and the fix."""
     if kind not in MESH_KINDS:
-        raise ConfigError(f"cluster.mesh must be one of {', '.join(MESH_KINDS)} (got {kind!r}). Fix: cluster.mesh=fsdp "
-                          f"(shard over every rank) or cluster.mesh=hsdp (shard inside a node, replicate across)")
+        raise ConfigError(
+            f"cluster.mesh must be one of {', '.join(MESH_KINDS)} (got {kind!r}). Fix: cluster.mesh=fsdp "
+            f"(shard over every rank) or cluster.mesh=hsdp (shard inside a node, replicate across)"
+        )
     if kind == "fsdp":
         if shard_size is not None and shard_size != world_size:
-            raise ConfigError(f"cluster.shard_size={shard_size} applies to cluster.mesh=hsdp only (fsdp shards over "
-                              f"all {world_size} ranks). Fix: cluster.mesh=hsdp, or drop cluster.shard_size")
+            raise ConfigError(
+                f"cluster.shard_size={shard_size} applies to cluster.mesh=hsdp only (fsdp shards over "
+                f"all {world_size} ranks). Fix: cluster.mesh=hsdp, or drop cluster.shard_size"
+            )
         return (world_size,)
     shard = ranks_per_node if shard_size is None else int(shard_size)
     if shard < 1 or world_size % shard:
         fits = [d for d in range(1, world_size + 1) if world_size % d == 0]
-        raise ConfigError(f"cluster.shard_size={shard} must divide the {world_size} ranks of the job into equal shard "
-                          f"groups. Fix: cluster.shard_size one of {fits} (default: the {ranks_per_node} ranks of a "
-                          f"node, cluster.tasks_per_node)")
+        raise ConfigError(
+            f"cluster.shard_size={shard} must divide the {world_size} ranks of the job into equal shard "
+            f"groups. Fix: cluster.shard_size one of {fits} (default: the {ranks_per_node} ranks of a "
+            f"node, cluster.tasks_per_node)"
+        )
     return (world_size // shard, shard)
 
 
 def planned_world(cluster) -> tuple[int, int] | None:
     """``(world size, ranks per node)`` a cluster config will launch, or None for the in-process cluster."""
-    if getattr(cluster, "tasks_per_node", None) is None:     # a DictConfig or the typed config object
+    if getattr(cluster, "tasks_per_node", None) is None:  # a DictConfig or the typed config object
         return None
     per_node = int(cluster.tasks_per_node)
     return int(getattr(cluster, "nodes", 1)) * per_node, per_node

@@ -9,6 +9,7 @@ other nodes, so the first rank of each node builds its node's copy, once per nod
 wait. Which case holds is measured at start-up, not configured: each node's first rank writes a probe file and every
 rank looks for all of them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,14 @@ import uuid
 from pathlib import Path
 from typing import Iterator
 
-from rewardflow.distributed import (World, all_gather_objects, all_reduce_sum, barrier, broadcast_object,
-                                    collective_device)
+from rewardflow.distributed import (
+    World,
+    all_gather_objects,
+    all_reduce_sum,
+    barrier,
+    broadcast_object,
+    collective_device,
+)
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,7 @@ def cache_folder(cache_dir: str | None) -> Path:
     folder = default_cache_dir()
     try:
         folder.mkdir(parents=True, exist_ok=True)
-    except OSError:       # read-only: fine as long as everything needed is already there
+    except OSError:  # read-only: fine as long as everything needed is already there
         pass
     return folder
 
@@ -65,7 +72,7 @@ def shared_by_all_nodes(folder: Path, world: World, first_ranks: list[int]) -> b
     barrier()
     missing = sum(not p.exists() for p in probes)
     counts = all_reduce_sum(torch.tensor([missing, unwritable], dtype=torch.float64, device=collective_device()))
-    barrier()                                    # everyone has looked before the probes go
+    barrier()  # everyone has looked before the probes go
     if mine is not None:
         mine.unlink(missing_ok=True)
     return bool(counts[1] > 0 or counts[0] == 0)
@@ -80,11 +87,15 @@ def cache_builders_first(cache_dir: str | None, world: World) -> Iterator[Path]:
     shared = shared_by_all_nodes(folder, world, first_ranks)
     builders = [0] if shared else first_ranks
     if len(first_ranks) > 1:
-        log.info("cache %s is %s", folder,
-                 f"shared by the {len(first_ranks)} nodes: rank 0 fills it, the other ranks then read it" if shared
-                 else f"node-local (not shared by the {len(first_ranks)} nodes): the first rank of each node "
-                      f"(ranks {', '.join(map(str, first_ranks))}) fills its node's copy, the node's other ranks then "
-                      f"read it")
+        log.info(
+            "cache %s is %s",
+            folder,
+            f"shared by the {len(first_ranks)} nodes: rank 0 fills it, the other ranks then read it"
+            if shared
+            else f"node-local (not shared by the {len(first_ranks)} nodes): the first rank of each node "
+            f"(ranks {', '.join(map(str, first_ranks))}) fills its node's copy, the node's other ranks then "
+            f"read it",
+        )
     is_builder = world.rank in builders
     if not is_builder:
         barrier()

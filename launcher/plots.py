@@ -1,4 +1,5 @@
 """Files a run leaves for people: sample image grids and the reward curve (matplotlib, headless)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -31,7 +32,7 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in history if r.get("reward/mean") is not None]   # skipped (NaN) steps are logged as null
+    rows = [r for r in history if r.get("reward/mean") is not None]  # skipped (NaN) steps are logged as null
     steps = [r["step"] for r in rows]
     mean = [r["reward/mean"] for r in rows]
     std = [r.get("reward/std") or 0.0 for r in rows]
@@ -39,8 +40,9 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, x, label in ((axes[0], steps, "step"), (axes[1], wall, "wall-clock (s)")):
         ax.plot(x, mean, color="C0", lw=1.8)
-        ax.fill_between(x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
-                        color="C0", alpha=0.2, lw=0)
+        ax.fill_between(
+            x, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color="C0", alpha=0.2, lw=0
+        )
         ax.set_xlabel(label)
         ax.grid(alpha=0.3)
     evals = [r for r in history if eval_key and r.get(eval_key) is not None]

@@ -13,6 +13,7 @@ boundary. On a time-limit signal the job still has ``signal_delay_s`` seconds, s
 them are spent, keeping the other half for the checkpoint and the requeue (SLURM may send the signal earlier than
 ``signal_delay_s`` before the limit, never later).
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,10 +23,10 @@ import time
 
 log = logging.getLogger(__name__)
 
-_GUARD: "PreemptionGuard | None" = None
+_GUARD: PreemptionGuard | None = None
 
 
-def install(signal_delay_s: float = 0.0) -> "PreemptionGuard":
+def install(signal_delay_s: float = 0.0) -> PreemptionGuard:
     """Install (once per process) the recording handler in place of submitit's, if this is a submitit task."""
     global _GUARD
     if _GUARD is None:
@@ -41,7 +42,7 @@ class PreemptionGuard:
         self.signum = None
         self._original = None
         if not (os.environ.get("SUBMITIT_EXECUTOR") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")):
-            return                                        # not a submitit task (checked without importing torch)
+            return  # not a submitit task (checked without importing torch)
         from submitit.core.job_environment import JobEnvironment
 
         self.signum = JobEnvironment._usr_sig()
@@ -62,11 +63,14 @@ class PreemptionGuard:
         if self.signaled_at is not None:
             return
         self.signaled_at = time.monotonic()
-        handler = getattr(self._original, "__self__", None)     # submitit's SignalHandler decides which case
+        handler = getattr(self._original, "__self__", None)  # submitit's SignalHandler decides which case
         self.timed_out = bool(handler.has_timed_out()) if hasattr(handler, "has_timed_out") else False
-        log.warning("received %s (%s): will checkpoint %s", signal.Signals(signum).name,
-                    "time limit" if self.timed_out else "preemption",
-                    f"within {self.signal_delay_s / 2:.0f} s" if self.timed_out else "at the end of this step")
+        log.warning(
+            "received %s (%s): will checkpoint %s",
+            signal.Signals(signum).name,
+            "time limit" if self.timed_out else "preemption",
+            f"within {self.signal_delay_s / 2:.0f} s" if self.timed_out else "at the end of this step",
+        )
 
     def _due(self) -> bool:
         if self.signaled_at is None:

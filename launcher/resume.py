@@ -9,6 +9,7 @@
    checkpoint. Because (1) comes first, a requeued job started with ``resume_from`` continues from its own progress.
 3. Otherwise step 0.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,29 +35,35 @@ KEY = "trainer.resume_from"
 class StartPoint:
     checkpoint: Path
     meta: dict[str, Any]
-    own_run: bool            # False: another run's checkpoint (trainer.resume_from)
+    own_run: bool  # False: another run's checkpoint (trainer.resume_from)
 
 
 def resume_from_candidates(value: str) -> list[Path]:
     """The checkpoint folders ``trainer.resume_from`` names, oldest first: one checkpoint, or every complete
     checkpoint of a run dir (or of its ``checkpoints/`` folder). Raises :class:`ConfigError` naming the key."""
-    from launcher.checkpoint import MARKER, CheckpointManager     # torch.distributed.checkpoint: seconds to import
+    from launcher.checkpoint import MARKER, CheckpointManager  # torch.distributed.checkpoint: seconds to import
 
     path = Path(value).expanduser()
     if (path / MARKER).is_file():
         return [path]
     if path.name.startswith("step_") and path.is_dir():
-        raise ConfigError(f"{KEY}={value}: this checkpoint is incomplete (no {MARKER} file: its writer stopped "
-                          f"before the end). Fix: point {KEY} at its run dir to use the newest complete one")
+        raise ConfigError(
+            f"{KEY}={value}: this checkpoint is incomplete (no {MARKER} file: its writer stopped "
+            f"before the end). Fix: point {KEY} at its run dir to use the newest complete one"
+        )
     root = path if path.name == "checkpoints" else path / "checkpoints"
     if not root.is_dir():
         what = "no such folder" if not path.exists() else "neither a run dir (no checkpoints/ folder) nor a checkpoint"
-        raise ConfigError(f"{KEY}={value}: {what}. Fix: {KEY}=<run dir> (its newest checkpoint) or "
-                          f"{KEY}=<run dir>/checkpoints/step_<N> (that checkpoint)")
+        raise ConfigError(
+            f"{KEY}={value}: {what}. Fix: {KEY}=<run dir> (its newest checkpoint) or "
+            f"{KEY}=<run dir>/checkpoints/step_<N> (that checkpoint)"
+        )
     found = CheckpointManager(root, World()).complete()
     if not found:
-        raise ConfigError(f"{KEY}={value}: {root} holds no complete checkpoint. Fix: point {KEY} at a run that "
-                          f"wrote one (trainer.ckpt_every, and the end of every run)")
+        raise ConfigError(
+            f"{KEY}={value}: {root} holds no complete checkpoint. Fix: point {KEY} at a run that "
+            f"wrote one (trainer.ckpt_every, and the end of every run)"
+        )
     return found
 
 
@@ -67,9 +74,14 @@ def check_resume_from(cfg: Any) -> None:
         resume_from_candidates(str(value))
 
 
-def load_start_point(cfg: DictConfig, checkpoints, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                     extra: dict[str, torch.Tensor] | None = None, states: dict[str, Any] | None = None
-                     ) -> StartPoint | None:
+def load_start_point(
+    cfg: DictConfig,
+    checkpoints,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    extra: dict[str, torch.Tensor] | None = None,
+    states: dict[str, Any] | None = None,
+) -> StartPoint | None:
     """Load the run's start point (module docstring) into ``model``, ``optimizer``, the method's ``extra``
     tensors and the trainer's ``states`` (EMA, LR schedule) through ``checkpoints`` (the run's
     :class:`~launcher.checkpoint.CheckpointManager`); None for step 0."""
@@ -82,16 +94,19 @@ def load_start_point(cfg: DictConfig, checkpoints, model: torch.nn.Module, optim
         loaded = checkpoints.load_newest_usable(model, optimizer, extra=extra, states=states)
         if loaded is not None:
             if t.get("resume_from") and checkpoints.world.is_main:
-                log.info("%s is not used: this run dir has its own checkpoints, so the run continues from its own "
-                         "progress (%s)", KEY, loaded[0])
+                log.info(
+                    "%s is not used: this run dir has its own checkpoints, so the run continues from its own "
+                    "progress (%s)",
+                    KEY,
+                    loaded[0],
+                )
             return StartPoint(*loaded, own_run=True)
     if not t.get("resume_from"):
         return None
     candidates = resume_from_candidates(str(t.resume_from))
     other = CheckpointManager(candidates[0].parent, checkpoints.world)
     try:
-        path, meta = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra,
-                                              states=states)
+        path, meta = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra, states=states)
     except NoUsableCheckpoint as e:
         raise ConfigError(f"{KEY}={t.resume_from}: {e}") from None
     if checkpoints.world.is_main:
@@ -115,8 +130,11 @@ def copy_history(start: StartPoint, run_dir: Path) -> int:
     source = start.checkpoint.parent.parent / "metrics.jsonl"
     rows = []
     if source.is_file():
-        rows = [line for line in source.read_text().splitlines()
-                if line.strip() and int(json.loads(line)["step"]) <= int(start.meta["step"])]
+        rows = [
+            line
+            for line in source.read_text().splitlines()
+            if line.strip() and int(json.loads(line)["step"]) <= int(start.meta["step"])
+        ]
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in rows))
     return len(rows)

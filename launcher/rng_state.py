@@ -5,6 +5,7 @@ unpickles arbitrary objects (a crafted ``rank_*.pt`` cannot run code).
 Files written before this format held numpy's legacy state tuple (a pickled ``ndarray``); they still load, with
 exactly numpy's array-rebuilding functions allowed (torch's documented ``safe_globals`` mechanism), nothing else.
 """
+
 from __future__ import annotations
 
 import random
@@ -15,22 +16,28 @@ import numpy as np
 import torch
 
 #: what a pickled numpy array needs, for RNG files written by rewardflow before this format
-_NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-                        getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct]
+_NUMPY_ARRAY_GLOBALS = [
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+    getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct,
+]
 
 
 def capture() -> dict[str, Any]:
     """This process's RNG states as tensors and plain values."""
-    numpy_state = np.random.get_state(legacy=False)          # {"bit_generator", "state": {"key", "pos"}, ...}
+    numpy_state = np.random.get_state(legacy=False)  # {"bit_generator", "state": {"key", "pos"}, ...}
     version, internal, gauss_next = random.getstate()
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": {"bit_generator": numpy_state["bit_generator"],
-                  "key": torch.from_numpy(numpy_state["state"]["key"].astype(np.int64)),
-                  "pos": int(numpy_state["state"]["pos"]), "has_gauss": int(numpy_state["has_gauss"]),
-                  "gauss": float(numpy_state["gauss"])},
-        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64),
-                   "gauss_next": gauss_next},
+        "numpy": {
+            "bit_generator": numpy_state["bit_generator"],
+            "key": torch.from_numpy(numpy_state["state"]["key"].astype(np.int64)),
+            "pos": int(numpy_state["state"]["pos"]),
+            "has_gauss": int(numpy_state["has_gauss"]),
+            "gauss": float(numpy_state["gauss"]),
+        },
+        "python": {"version": version, "internal": torch.tensor(internal, dtype=torch.int64), "gauss_next": gauss_next},
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -42,13 +49,16 @@ def restore(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     numpy_state, python_state = state["numpy"], state["python"]
     if isinstance(numpy_state, dict):
-        np.random.set_state({"bit_generator": numpy_state["bit_generator"],
-                             "state": {"key": numpy_state["key"].numpy().astype(np.uint32),
-                                       "pos": numpy_state["pos"]},
-                             "has_gauss": numpy_state["has_gauss"], "gauss": numpy_state["gauss"]})
-        random.setstate((python_state["version"], tuple(python_state["internal"].tolist()),
-                         python_state["gauss_next"]))
-    else:                                                     # legacy: numpy's and Python's own tuples
+        np.random.set_state(
+            {
+                "bit_generator": numpy_state["bit_generator"],
+                "state": {"key": numpy_state["key"].numpy().astype(np.uint32), "pos": numpy_state["pos"]},
+                "has_gauss": numpy_state["has_gauss"],
+                "gauss": numpy_state["gauss"],
+            }
+        )
+        random.setstate((python_state["version"], tuple(python_state["internal"].tolist()), python_state["gauss_next"]))
+    else:  # legacy: numpy's and Python's own tuples
         np.random.set_state(numpy_state)
         random.setstate(python_state)
     if "cuda" in state and torch.cuda.is_available():

@@ -5,6 +5,7 @@ file system, a missing permission, a file where a folder should be) used to end 
 callback (registered in conf/hydra/default.yaml) tries the location first: it creates and removes a probe folder
 in the run folder, or in its nearest existing parent, so a failed check leaves nothing behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-EXIT_CODE = 2      # the CLI's exit code for configuration errors
+EXIT_CODE = 2  # the CLI's exit code for configuration errors
 
 
 def unwritable_reason(folder: str | os.PathLike) -> str | None:
@@ -40,9 +41,12 @@ def check_writable(folder: str, key: str) -> None:
     reason = unwritable_reason(folder)
     if reason is None:
         return
-    print(f"rewardflow: cannot write the {'sweep' if 'sweep' in key else 'run'} folder {folder} ({reason}). "
-          f"Fix: output_root=<a writable folder> (runs go to <output_root>/train/...), or {key}=<a writable "
-          f"folder>", file=sys.stderr)
+    print(
+        f"rewardflow: cannot write the {'sweep' if 'sweep' in key else 'run'} folder {folder} ({reason}). "
+        f"Fix: output_root=<a writable folder> (runs go to <output_root>/train/...), or {key}=<a writable "
+        f"folder>",
+        file=sys.stderr,
+    )
     sys.exit(EXIT_CODE)
 
 

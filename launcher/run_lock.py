@@ -18,6 +18,7 @@ Take-overs are serialised by a short-lived ``rewardflow.lock.takeover`` folder (
 the lock is re-read and replaced only if it still holds what was judged stale, so two starts that both find a stale
 lock cannot both win.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -31,15 +32,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rewardflow.errors import ConfigError       # no torch here: the CLI takes the lock before the slow imports
+from rewardflow.errors import ConfigError  # no torch here: the CLI takes the lock before the slow imports
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "rewardflow.lock"
 HEARTBEAT_S = 30.0
-STALE_AFTER_S = 600.0          # 20 missed heartbeats: the holder on another host is gone
-_UNREADABLE_GRACE_S = 10.0     # a lock file that is still being written reads as empty for a moment
-_MUTEX_STALE_S = 60.0          # a take-over takes milliseconds; an older mutex folder was left by a crash
+STALE_AFTER_S = 600.0  # 20 missed heartbeats: the holder on another host is gone
+_UNREADABLE_GRACE_S = 10.0  # a lock file that is still being written reads as empty for a moment
+_MUTEX_STALE_S = 60.0  # a take-over takes milliseconds; an older mutex folder was left by a crash
 
 
 class RunDirBusy(ConfigError):
@@ -52,7 +53,7 @@ def _process_start(pid: int) -> str | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    return stat.rsplit(")", 1)[1].split()[19]          # field 22; the command name before ")" may hold spaces
+    return stat.rsplit(")", 1)[1].split()[19]  # field 22; the command name before ")" may hold spaces
 
 
 def _alive(pid: int, start: str | None) -> bool:
@@ -60,7 +61,7 @@ def _alive(pid: int, start: str | None) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:                            # exists, owned by someone else
+    except PermissionError:  # exists, owned by someone else
         pass
     return start is None or _process_start(pid) in (None, start)
 
@@ -79,8 +80,10 @@ def _describe(holder: dict[str, Any], age_s: float) -> str:
     if not holder:
         return f"a run that is starting: its lock file is still empty, {age_s:.0f} s old"
     job = f", SLURM job {holder['job']} (attempt {holder['attempt']})" if holder.get("job") else ""
-    return (f"host {holder.get('host')}, pid {holder.get('pid')}{job}, started {holder.get('started')}, "
-            f"last heartbeat {age_s:.0f} s ago")
+    return (
+        f"host {holder.get('host')}, pid {holder.get('pid')}{job}, started {holder.get('started')}, "
+        f"last heartbeat {age_s:.0f} s ago"
+    )
 
 
 class RunLock:
@@ -90,17 +93,23 @@ class RunLock:
         self.path = Path(run_dir).absolute() / LOCK_NAME
         self._mutex = self.path.with_name(LOCK_NAME + ".takeover")
         job, attempt = _slurm_job()
-        self.me = {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid()),
-                   "job": job, "attempt": attempt, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-                   "token": uuid.uuid4().hex}
+        self.me = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pid_start": _process_start(os.getpid()),
+            "job": job,
+            "attempt": attempt,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "token": uuid.uuid4().hex,
+        }
         self.held = False
-        self.awaiting_trainer = False       # taken by the CLI for the trainer it is about to build
-        self.lost: str | None = None        # set when another process replaced this lock (see the heartbeat)
+        self.awaiting_trainer = False  # taken by the CLI for the trainer it is about to build
+        self.lost: str | None = None  # set when another process replaced this lock (see the heartbeat)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     # -- acquiring ------------------------------------------------------------------------------------------------
-    def acquire(self) -> "RunLock":
+    def acquire(self) -> RunLock:
         """Take the lock, taking over a stale one; raise :class:`RunDirBusy` naming a live holder."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps(self.me)
@@ -111,13 +120,14 @@ class RunLock:
             except FileExistsError:
                 seen, holder, age = self._read()
                 if seen is None:
-                    continue                                   # released meanwhile: try to create it again
+                    continue  # released meanwhile: try to create it again
                 reason = self._stale_reason(holder, age)
                 if reason is None:
-                    raise RunDirBusy(self._busy_message(holder, age))
+                    raise RunDirBusy(self._busy_message(holder, age)) from None
                 if self._take_over(seen, text):
-                    log.warning("took over the stale lock of %s: %s (%s)", self.path.parent, reason,
-                                _describe(holder, age))
+                    log.warning(
+                        "took over the stale lock of %s: %s (%s)", self.path.parent, reason, _describe(holder, age)
+                    )
                     break
                 time.sleep(0.05)
                 continue
@@ -127,8 +137,10 @@ class RunLock:
                 os.fsync(fh.fileno())
             break
         else:
-            raise RunDirBusy(f"hydra.run.dir={self.path.parent}: could not take its lock {self.path} within 30 s "
-                             f"(other starts keep taking it over). Fix: start one run per run dir")
+            raise RunDirBusy(
+                f"hydra.run.dir={self.path.parent}: could not take its lock {self.path} within 30 s "
+                f"(other starts keep taking it over). Fix: start one run per run dir"
+            )
         self.held = True
         _held_in_this_process[str(self.path)] = self
         atexit.register(self.release)
@@ -139,11 +151,17 @@ class RunLock:
     def _busy_message(self, holder: dict[str, Any], age: float) -> str:
         here = holder.get("host") == self.me["host"]
         stop = f"stop it (kill {holder['pid']})" if here and "pid" in holder else "stop it"
-        gone = ("" if here else f" If that process is gone (its node crashed), its lock is taken over once silent for "
-                f"{STALE_AFTER_S / 60:.0f} min, or delete {self.path}.")
-        return (f"hydra.run.dir={self.path.parent} is in use by another rewardflow run ({_describe(holder, age)}). Two "
-                f"runs in one run dir would mix their metrics and checkpoints. Fix: wait for that run to end or "
-                f"{stop}, or start this one in another run dir (drop hydra.run.dir for a new timestamped one).{gone}")
+        gone = (
+            ""
+            if here
+            else f" If that process is gone (its node crashed), its lock is taken over once silent for "
+            f"{STALE_AFTER_S / 60:.0f} min, or delete {self.path}."
+        )
+        return (
+            f"hydra.run.dir={self.path.parent} is in use by another rewardflow run ({_describe(holder, age)}). Two "
+            f"runs in one run dir would mix their metrics and checkpoints. Fix: wait for that run to end or "
+            f"{stop}, or start this one in another run dir (drop hydra.run.dir for a new timestamped one).{gone}"
+        )
 
     def _read(self) -> tuple[str | None, dict[str, Any], float]:
         """(raw text, holder, seconds since the last heartbeat); text None if the file vanished."""
@@ -166,14 +184,17 @@ class RunLock:
             if holder.get("pid") == self.me["pid"]:
                 previous = _held_in_this_process.get(str(self.path))
                 if previous is not None:
-                    previous.held = False                  # an earlier trainer of this process (tests, notebooks)
+                    previous.held = False  # an earlier trainer of this process (tests, notebooks)
                     previous._stop.set()
                 return "it was held by an earlier run in this same process"
             if not _alive(int(holder.get("pid", -1)), holder.get("pid_start")):
                 return f"process {holder.get('pid')} no longer exists"
             return None
-        if holder.get("job") and holder.get("job") == self.me["job"] and \
-                int(holder.get("attempt", 0)) < self.me["attempt"]:
+        if (
+            holder.get("job")
+            and holder.get("job") == self.me["job"]
+            and int(holder.get("attempt", 0)) < self.me["attempt"]
+        ):
             return f"it was held by attempt {holder.get('attempt')} of this requeued SLURM job"
         if age > STALE_AFTER_S:
             return f"no heartbeat for {age:.0f} s from host {holder.get('host')}"
@@ -203,7 +224,7 @@ class RunLock:
         except FileExistsError:
             try:
                 if time.time() - self._mutex.stat().st_mtime > _MUTEX_STALE_S:
-                    os.rmdir(self._mutex)              # left by a process that died inside a take-over
+                    os.rmdir(self._mutex)  # left by a process that died inside a take-over
             except OSError:
                 pass
             return False
@@ -219,11 +240,10 @@ class RunLock:
                 if not self._owned():
                     _, holder, age = self._read()
                     self.lost = _describe(holder, age) if holder else "the lock file was removed"
-                    log.error("the lock of run dir %s was taken by another process (%s)", self.path.parent,
-                              self.lost)
+                    log.error("the lock of run dir %s was taken by another process (%s)", self.path.parent, self.lost)
                     return
                 os.utime(self.path)
-            except OSError as e:                       # a file-system hiccup: try again at the next beat
+            except OSError as e:  # a file-system hiccup: try again at the next beat
                 log.warning("could not refresh the run-dir lock %s (%s)", self.path, e)
 
     def release(self) -> None:

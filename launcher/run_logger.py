@@ -4,6 +4,7 @@ The metric names are a public interface (docs/metrics.md): ``step``, ``reward/*`
 ``policy/*``, ``grad_norm``, ``lr``, ``time/*``, ``count/*``, ``health/*``; and ``eval/*`` in the rows of the held-out
 evaluation (docs/evaluation.md), which are rows of their own.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,15 +33,14 @@ class RunLogger:
     evaluation point, like each training step, is written once however often a resumed run replays it.
     """
 
-    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False,
-                 enabled: bool = True):
+    def __init__(self, run_dir: str | Path, backend: Any | None = None, resume: bool = False, enabled: bool = True):
         self.run_dir = Path(run_dir)
         self.metrics_path = self.run_dir / "metrics.jsonl"
         self.backend = backend
         self.enabled = enabled
         self.history: list[dict] = []
-        self.last_logged_step = -1            # of training rows
-        self.last_eval_step = -1              # of evaluation rows
+        self.last_logged_step = -1  # of training rows
+        self.last_eval_step = -1  # of evaluation rows
         if not enabled:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -61,8 +61,12 @@ class RunLogger:
         for row in missing:
             self._send(row)
         if missing:
-            log.info("sent %d metric rows (steps %d-%d) that the dashboard had missed", len(missing),
-                     missing[0]["step"], missing[-1]["step"])
+            log.info(
+                "sent %d metric rows (steps %d-%d) that the dashboard had missed",
+                len(missing),
+                missing[0]["step"],
+                missing[-1]["step"],
+            )
 
     def _send(self, row: dict) -> None:
         if self.backend is None:
@@ -70,8 +74,12 @@ class RunLogger:
         try:
             self.backend.log(row, step=int(row["step"]))
         except Exception as e:  # noqa: BLE001 - a dashboard failure must never stop training
-            log.warning("dashboard logging failed (%s: %s); continuing with metrics.jsonl only (a resumed run "
-                        "backfills the dashboard)", type(e).__name__, e)
+            log.warning(
+                "dashboard logging failed (%s: %s); continuing with metrics.jsonl only (a resumed run "
+                "backfills the dashboard)",
+                type(e).__name__,
+                e,
+            )
             self.backend = None
 
     def log(self, metrics: dict[str, float]) -> None:

@@ -1,4 +1,5 @@
 """Config of logger=none: no dashboard, only the run directory's files (launcher/run_logger.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

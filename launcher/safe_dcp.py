@@ -8,6 +8,7 @@ accepts DCP's metadata classes (the "Restricting Globals" recipe of Python's pic
 :class:`SafeLoadPlanner` first loads every non-tensor entry with ``weights_only=True``. Only bytes that passed are
 handed on to DCP's own code, which then reads the same bytes into the same plain objects.
 """
+
 from __future__ import annotations
 
 import io
@@ -21,22 +22,34 @@ METADATA_FILE = ".metadata"
 
 #: the globals a DCP ``.metadata`` file holds (torch dtypes are accepted separately)
 _METADATA_GLOBALS = {
-    ("torch.distributed.checkpoint.metadata", name) for name in (
-        "Metadata", "TensorStorageMetadata", "BytesStorageMetadata", "ChunkStorageMetadata", "TensorProperties",
-        "MetadataIndex", "StorageMeta", "_MEM_FORMAT_ENCODING")
+    ("torch.distributed.checkpoint.metadata", name)
+    for name in (
+        "Metadata",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "TensorProperties",
+        "MetadataIndex",
+        "StorageMeta",
+        "_MEM_FORMAT_ENCODING",
+    )
 } | {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch", "Size"),
     ("torch.serialization", "_get_layout"),
     ("collections", "OrderedDict"),
-    ("pathlib", "PosixPath"), ("pathlib", "WindowsPath"), ("pathlib", "PurePosixPath"), ("pathlib", "PureWindowsPath"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "PureWindowsPath"),
 }
 
 
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        if (module, name) in _METADATA_GLOBALS or (module == "torch" and isinstance(getattr(torch, name, None),
-                                                                                  torch.dtype)):
+        if (module, name) in _METADATA_GLOBALS or (
+            module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)
+        ):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's {METADATA_FILE}")
 
@@ -57,6 +70,6 @@ class SafeFileSystemReader(FileSystemReader):
 
 class SafeLoadPlanner(DefaultLoadPlanner):
     def load_bytes(self, read_item, value: io.BytesIO) -> None:
-        torch.load(value, weights_only=True)    # raises pickle.UnpicklingError on anything but plain data
+        torch.load(value, weights_only=True)  # raises pickle.UnpicklingError on anything but plain data
         value.seek(0)
         super().load_bytes(read_item, value)

@@ -8,6 +8,7 @@ submitted it records the jobs in ``<sweep dir>/slurm_jobs.json`` (read by ``rewa
 launcher/sweep_status.py), and with ``cluster.wait=false`` it answers upstream's wait for each result at once with a
 placeholder and prints the job ids, the sweep dir and how to follow it.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,9 +28,16 @@ def record_jobs(sweep_dir: Path, jobs: Sequence[Any], overrides: Sequence[Sequen
     path = sweep_dir / JOBS_FILE
     known = json.loads(path.read_text()) if path.exists() else []
     for job, job_overrides, num in zip(jobs, overrides, nums):
-        known.append({"num": int(num), "job_id": job.job_id, "overrides": list(job_overrides),
-                      "run_dir": str(sweep_dir / str(num)), "stdout": str(job.paths.stdout),
-                      "stderr": str(job.paths.stderr)})
+        known.append(
+            {
+                "num": int(num),
+                "job_id": job.job_id,
+                "overrides": list(job_overrides),
+                "run_dir": str(sweep_dir / str(num)),
+                "stdout": str(job.paths.stdout),
+                "stderr": str(job.paths.stderr),
+            }
+        )
     path.write_text(json.dumps(known, indent=1) + "\n")
 
 
@@ -51,10 +59,13 @@ class SlurmJobs(Callback):
             jobs = map_array(executor, fn, *iterables)
             record_jobs(sweep_dir, jobs, iterables[0], iterables[2])
             if not wait:
-                print(f"rewardflow: submitted {len(jobs)} SLURM job(s): {', '.join(j.job_id for j in jobs)}\n"
-                      f"  sweep dir: {sweep_dir}\n"
-                      f"  follow it: rewardflow-status {sweep_dir}   (also squeue --me; submitit's logs in "
-                      f"{sweep_dir}/.submitit/)", flush=True)
+                print(
+                    f"rewardflow: submitted {len(jobs)} SLURM job(s): {', '.join(j.job_id for j in jobs)}\n"
+                    f"  sweep dir: {sweep_dir}\n"
+                    f"  follow it: rewardflow-status {sweep_dir}   (also squeue --me; submitit's logs in "
+                    f"{sweep_dir}/.submitit/)",
+                    flush=True,
+                )
             return jobs
 
         def placeholder_result(job):
@@ -66,6 +77,7 @@ class SlurmJobs(Callback):
 
         def restore() -> None:
             submitit.AutoExecutor.map_array, submitit.Job.results = map_array, results
+
         self._restore = restore
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:

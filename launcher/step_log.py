@@ -8,6 +8,7 @@ the bar, it counts completed steps (``step 20/150`` follows the row with ``"step
 
     step 20/150 | reward/mean 0.7913 (std 0.0842) | loss -0.0031 | grad_norm 0.412 | 0.81 s/step | ETA 1m45s
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,11 @@ def _number(value, fmt: str) -> str:
 
 def format_line(metrics: dict, total_steps: int, seconds_per_step: float) -> str:
     done = int(metrics["step"]) + 1
-    parts = [f"step {done}/{total_steps}",
-             f"reward/mean {_number(metrics.get('reward/mean'), '{:.4f}')} "
-             f"(std {_number(metrics.get('reward/std'), '{:.4f}')})"]
+    parts = [
+        f"step {done}/{total_steps}",
+        f"reward/mean {_number(metrics.get('reward/mean'), '{:.4f}')} "
+        f"(std {_number(metrics.get('reward/std'), '{:.4f}')})",
+    ]
     parts += [f"{label} {_number(metrics[key], fmt)}" for key, label, fmt in FIELDS if key in metrics]
     if metrics.get("health/skipped_updates"):
         parts.append(f"skipped updates {int(metrics['health/skipped_updates'])}")

@@ -5,6 +5,7 @@ Hydra's ``+`` adds a key even to a typed config (the form its own "Key not in st
 dataclass must hold that dataclass's fields only; free-form nodes (``Dict[str, Any]`` fields such as
 ``reward.weights`` or ``cluster.additional_parameters``) take any key.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -36,6 +37,10 @@ def check_keys(cfg: DictConfig, errors: ConfigErrors) -> None:
         parent, _, name = key.rpartition(".")
         close = difflib.get_close_matches(name, valid, n=1)
         hint = f"did you mean {parent + '.' if parent else ''}{close[0]}? " if close else ""
-        errors.require(False, key, f"is not a key of this config (nothing reads it; added with +{key}?). "
-                       f"Fix: {hint}remove it, or see `rewardflow --cfg job` for the keys"
-                       f"{' of ' + parent if parent else ''}")
+        errors.require(
+            False,
+            key,
+            f"is not a key of this config (nothing reads it; added with +{key}?). "
+            f"Fix: {hint}remove it, or see `rewardflow --cfg job` for the keys"
+            f"{' of ' + parent if parent else ''}",
+        )

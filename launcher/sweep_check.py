@@ -12,6 +12,7 @@ Checks of the submitting host only see what that host sees: files and local mode
 exist here or are local paths, and the device checks (a GPU, ``model.allow_cpu``) run only where the ranks run
 (``cluster=local_multi``); a ``cluster=slurm`` job checks its devices again on its node.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,7 +55,7 @@ def point_error(config: DictConfig, point: list[str], on_this_host: bool) -> str
 
     try:
         cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, point)
-        with read_write(cfg), open_dict(cfg):       # the job's config, as Hydra hands it to the task
+        with read_write(cfg), open_dict(cfg):  # the job's config, as Hydra hands it to the task
             del cfg["hydra"]
         validate(cfg, on_this_host=on_this_host)
     except ConfigError as e:
@@ -86,8 +87,7 @@ class SweepCheck(Callback):
             if error:
                 bad.append(f"point {n} ({' '.join(point) or 'defaults'}):\n    " + error.replace("\n", "\n    "))
         if bad:
-            _fail(f"{len(bad)} of {len(points)} sweep points cannot run, so none was started:\n  "
-                  + "\n  ".join(bad))
+            _fail(f"{len(bad)} of {len(points)} sweep points cannot run, so none was started:\n  " + "\n  ".join(bad))
 
 
 def _fail(message: str) -> None:

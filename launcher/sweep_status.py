@@ -5,6 +5,7 @@ running step k of N (the run's ``metrics.jsonl`` and its ``trainer.steps``), don
 job's ``rewardflow:`` message or the last line of its error log), and how many times SLURM requeued it (preemption,
 time limit). Live jobs come from ``squeue``, finished ones from ``sacct`` (with ``--duplicates``, one row per attempt).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ class SlurmState:
     state: str = "UNKNOWN"
     reason: str = ""
     exit_code: str = ""
-    attempts: int = 0             # rows of this job in sacct --duplicates: 1 + requeues
+    attempts: int = 0  # rows of this job in sacct --duplicates: 1 + requeues
 
 
 def _run(args: list[str]) -> str:
@@ -40,8 +41,17 @@ def slurm_states(job_ids: list[str]) -> dict[str, SlurmState]:
     """SLURM's view of each job: squeue for live jobs (no accounting lag), sacct for finished ones and attempts."""
     states: dict[str, SlurmState] = {}
     ids = ",".join(job_ids)
-    for line in _run(["sacct", "--noheader", "--parsable2", "--allocations", "--duplicates", f"--jobs={ids}",
-                      "--format=JobID,State,ExitCode,Reason"]).splitlines():
+    for line in _run(
+        [
+            "sacct",
+            "--noheader",
+            "--parsable2",
+            "--allocations",
+            "--duplicates",
+            f"--jobs={ids}",
+            "--format=JobID,State,ExitCode,Reason",
+        ]
+    ).splitlines():
         job, state, exit_code, reason = (line.split("|") + ["", "", "", ""])[:4]
         s = states.setdefault(job, SlurmState())
         s.attempts += 1
@@ -109,8 +119,11 @@ def describe(job: dict, s: SlurmState) -> str:
         text = f"unknown to SLURM ({of} in the run dir)"
     else:
         reason = failure_reason(lines) or s.reason or (lines[-1][:300] if lines else "")
-        how = "the run raised; SLURM: COMPLETED" if s.state == "COMPLETED" else \
-            f"SLURM: {s.state}, exit code {s.exit_code or '?'}"
+        how = (
+            "the run raised; SLURM: COMPLETED"
+            if s.state == "COMPLETED"
+            else f"SLURM: {s.state}, exit code {s.exit_code or '?'}"
+        )
         text = f"failed ({how}) at {of}: {reason}"
     requeues = max(0, s.attempts - 1)
     return text + (f", requeued {requeues} time{'s' if requeues > 1 else ''}" if requeues else "")
@@ -119,8 +132,11 @@ def describe(job: dict, s: SlurmState) -> str:
 def status_lines(sweep_dir: Path) -> list[str]:
     jobs = json.loads((sweep_dir / JOBS_FILE).read_text())
     states = slurm_states([j["job_id"] for j in jobs])
-    return [f"{j['num']:>3}  {j['job_id']:<12} {describe(j, states.get(j['job_id'], SlurmState()))}  "
-            f"[{' '.join(j['overrides']) or 'defaults'}]" for j in jobs]
+    return [
+        f"{j['num']:>3}  {j['job_id']:<12} {describe(j, states.get(j['job_id'], SlurmState()))}  "
+        f"[{' '.join(j['overrides']) or 'defaults'}]"
+        for j in jobs
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,8 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("sweep_dir", type=Path, help="the sweep dir a `rewardflow cluster=slurm ...` command printed")
     args = parser.parse_args(argv)
     if not (args.sweep_dir / JOBS_FILE).exists():
-        print(f"rewardflow-status: {args.sweep_dir} holds no {JOBS_FILE}: not the sweep dir of a cluster=slurm "
-              f"sweep. Fix: pass the `sweep dir:` folder the submit command printed", file=sys.stderr)
+        print(
+            f"rewardflow-status: {args.sweep_dir} holds no {JOBS_FILE}: not the sweep dir of a cluster=slurm "
+            f"sweep. Fix: pass the `sweep dir:` folder the submit command printed",
+            file=sys.stderr,
+        )
         sys.exit(2)
     print("\n".join(status_lines(args.sweep_dir)))
 

@@ -4,6 +4,7 @@ It owns what is common to all methods: seeding, the optimizer, its learning-rate
 the EMA of the weights, the NaN/Inf guard, phase timers and transformer-pass counters, metrics, image grids, the
 held-out evaluation (launcher/evaluation.py) and the reward curve.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,14 @@ from launcher.step_log import StepLog, progress_bar_shown
 from launcher.update_loop import UpdateLoop
 from launcher.validate import validate
 from models.prompt_truncation import truncation_warning
-from rewardflow.distributed import (all_gather_cat, all_reduce_sum, broadcast_object, collective_device,
-                                    init_distributed, submitit_job_env)
+from rewardflow.distributed import (
+    all_gather_cat,
+    all_reduce_sum,
+    broadcast_object,
+    collective_device,
+    init_distributed,
+    submitit_job_env,
+)
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
@@ -89,29 +96,33 @@ def default_threads(world_local_size: int) -> int:
 
 class Trainer:
     def __init__(self, cfg: DictConfig, info: RunInfo):
-        self.prompts = validate(cfg)           # fails fast, before any model is built
+        self.prompts = validate(cfg)  # fails fast, before any model is built
         self.cfg, self.info = cfg, info
         t = cfg.trainer
         if cfg.cluster.name != "local" and submitit_job_env() is None:
-            raise ConfigError(f"cluster={cfg.cluster.name} runs its ranks through Hydra's submitit launcher, but "
-                              f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
-                              f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local")
+            raise ConfigError(
+                f"cluster={cfg.cluster.name} runs its ranks through Hydra's submitit launcher, but "
+                f"this process is not a submitit task. Fix: launch with `rewardflow -m ...` (the "
+                f"cluster config sets hydra.mode=MULTIRUN), or use cluster=local"
+            )
         rank, world_size = rank_and_world_size()
-        if rank == 0:                          # the run's first line, before the ranks' process-group lines
+        if rank == 0:  # the run's first line, before the ranks' process-group lines
             log.info("%s | run dir %s", placement(cfg, world_size), info.run_dir)
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
-        self.run_lock = lock_run_dir(info.run_dir, self.world)    # one run per run dir (launcher/run_lock.py)
+        self.run_lock = lock_run_dir(info.run_dir, self.world)  # one run per run dir (launcher/run_lock.py)
         if cfg.method.prompts_per_step % self.world.world_size:
-            raise ConfigError(f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
-                              f"{self.world.world_size} ranks (each rank samples whole prompt groups)")
+            raise ConfigError(
+                f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
+                f"{self.world.world_size} ranks (each rank samples whole prompt groups)"
+            )
         local_size = int(os.environ.get("LOCAL_WORLD_SIZE", self.world.world_size if self.world.world_size > 1 else 1))
         torch.set_num_threads(int(t.threads) or default_threads(local_size))
-        torch.manual_seed(t.seed + self.world.rank)     # per-rank seeds (sampling noise is seeded per step below)
+        torch.manual_seed(t.seed + self.world.rank)  # per-rank seeds (sampling noise is seeded per step below)
         if not self.world.is_main:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
-        check_at_start(cfg, self.world)        # on GPUs: the planned peak fits, before any weight is read
+        check_at_start(cfg, self.world)  # on GPUs: the planned peak fits, before any weight is read
         # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
         with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
             self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
@@ -122,7 +133,7 @@ class Trainer:
             mesh = build_mesh(cfg.cluster, self.world, self.backbone.device.type)
             self.backbone.parallelize(mesh)
             log.info("FSDP2 mesh: %s", describe(mesh))
-        if cfg.model.get("text_encoders") == "precompute":    # the encoders are freed: the held-out prompts too
+        if cfg.model.get("text_encoders") == "precompute":  # the encoders are freed: the held-out prompts too
             self.backbone.precompute_text(self.prompts + (held_out_prompts(cfg) if cfg.eval.every else []))
         self.method = method_cls(method_cfg, self.backbone)
         self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
@@ -133,24 +144,48 @@ class Trainer:
         self.optimizer = build_optimizer(cfg.optimizer, self.params)
         self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
         self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
-        self.updates = UpdateLoop(self.method, self.optimizer, self.params, float(t.max_grad_norm),
-                                  after_step=self._update_ema)
+        self.updates = UpdateLoop(
+            self.method, self.optimizer, self.params, float(t.max_grad_norm), after_step=self._update_ema
+        )
         self.counter = NFECounter(self.backbone.transformer_modules())
-        self.checkpoints = CheckpointManager(info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts),
-                                             asynchronous=bool(t.async_checkpoint))
+        self.checkpoints = CheckpointManager(
+            info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts), asynchronous=bool(t.async_checkpoint)
+        )
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
         self.wallclock = 0.0
         self.start_step = 0
         wandb_id = self._resume()
-        self.logger = RunLogger(info.run_dir, self._build_backend(wandb_id) if self.world.is_main else None,
-                                resume=self.start_step > 0, enabled=self.world.is_main)
-        self.evaluator = (Evaluator(cfg, self.backbone, self.reward, self.world, self.logger, info.run_dir,
-                                    self.ema if cfg.eval.use_ema else None) if cfg.eval.every else None)
+        self.logger = RunLogger(
+            info.run_dir,
+            self._build_backend(wandb_id) if self.world.is_main else None,
+            resume=self.start_step > 0,
+            enabled=self.world.is_main,
+        )
+        self.evaluator = (
+            Evaluator(
+                cfg,
+                self.backbone,
+                self.reward,
+                self.world,
+                self.logger,
+                info.run_dir,
+                self.ema if cfg.eval.use_ema else None,
+            )
+            if cfg.eval.every
+            else None
+        )
         n_params = sum(p.numel() for p in self.params)
-        log.info("method=%s model=%s reward=%s | %d trainable parameters | %d samples/step on %d rank(s) | "
-                 "run dir %s", cfg.method.name, cfg.model.name, cfg.reward.name, n_params,
-                 self.method.samples_per_step, self.world.world_size, info.run_dir)
+        log.info(
+            "method=%s model=%s reward=%s | %d trainable parameters | %d samples/step on %d rank(s) | run dir %s",
+            cfg.method.name,
+            cfg.model.name,
+            cfg.reward.name,
+            n_params,
+            self.method.samples_per_step,
+            self.world.world_size,
+            info.run_dir,
+        )
 
     # -- checkpoints --------------------------------------------------------------------------------------------
     def _wandb_id_file(self) -> Path:
@@ -158,8 +193,14 @@ class Trainer:
 
     def _resume(self) -> str | None:
         """Load the run's start point (launcher/resume.py); return the W&B run id to continue, if any."""
-        start = load_start_point(self.cfg, self.checkpoints, self.backbone.transformer, self.optimizer,
-                                 extra=self.method.state_dict(), states=self._states())
+        start = load_start_point(
+            self.cfg,
+            self.checkpoints,
+            self.backbone.transformer,
+            self.optimizer,
+            extra=self.method.state_dict(),
+            states=self._states(),
+        )
         own_id = self._wandb_id_file()
         wandb_id = own_id.read_text().strip() if self.cfg.trainer.resume and own_id.exists() else None
         if start is None:
@@ -172,17 +213,21 @@ class Trainer:
         log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
         if start.own_run:
             return start.meta.get("wandb_run_id") or wandb_id
-        if self.world.is_main:                 # another run's checkpoint: a new W&B run, its curve from step 0
+        if self.world.is_main:  # another run's checkpoint: a new W&B run, its curve from step 0
             copy_history(start, self.info.run_dir)
             own_id.unlink(missing_ok=True)
         return None
 
     def save_checkpoint(self, step: int) -> Path:
         backend = self.logger.backend
-        meta = {"data_position": (step + 1) * int(self.cfg.method.prompts_per_step), "wallclock_s": self.wallclock,
-                "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None)}
-        return self.checkpoints.save(step, self.backbone.transformer, self.optimizer, meta,
-                                     extra=self.method.state_dict(), states=self._states())
+        meta = {
+            "data_position": (step + 1) * int(self.cfg.method.prompts_per_step),
+            "wallclock_s": self.wallclock,
+            "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None),
+        }
+        return self.checkpoints.save(
+            step, self.backbone.transformer, self.optimizer, meta, extra=self.method.state_dict(), states=self._states()
+        )
 
     def _states(self) -> dict:
         """What a checkpoint holds besides the weights, the optimizer and the method's state: the LR schedule, the
@@ -193,13 +238,22 @@ class Trainer:
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        tags = list(dict.fromkeys([self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name,
-                                   *self.info.tags, *lcfg.tags]))
-        backend = build(lcfg, "logger", run_dir=self.info.run_dir,
-                        run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
-                        group=lcfg.group or self.info.group or self.cfg.method.name, tags=tags,
-                        run_name=lcfg.run_name or self.info.run_name, run_id=run_id)
-        self._wandb_id_file().write_text(backend.run_id + "\n")   # a restart before any checkpoint reuses it
+        tags = list(
+            dict.fromkeys(
+                [self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name, *self.info.tags, *lcfg.tags]
+            )
+        )
+        backend = build(
+            lcfg,
+            "logger",
+            run_dir=self.info.run_dir,
+            run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
+            group=lcfg.group or self.info.group or self.cfg.method.name,
+            tags=tags,
+            run_name=lcfg.run_name or self.info.run_name,
+            run_id=run_id,
+        )
+        self._wandb_id_file().write_text(backend.run_id + "\n")  # a restart before any checkpoint reuses it
         return backend
 
     # -- one step -----------------------------------------------------------------------------------------------
@@ -210,13 +264,13 @@ class Trainer:
         fwd0, bwd0 = self.counter.snapshot()
         world = self.world
         generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, step, world.rank))
-        prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank::world.world_size]
+        prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank :: world.world_size]
 
         with timer("rollout"):
             rollout = method.rollout(prompts, generator)
         with timer("reward"):
             method.score(rollout, self.reward)
-        rewards = all_gather_cat(rollout.rewards.float())        # every rank sees the step's rewards
+        rewards = all_gather_cat(rollout.rewards.float())  # every rank sees the step's rewards
         metrics: dict[str, float] = {
             "step": step,
             "reward/mean": float(rewards.mean()),
@@ -226,8 +280,12 @@ class Trainer:
         with timer("update"):
             if not bool(torch.isfinite(rewards).all()):
                 skipped = 1
-                log.warning("step %d: non-finite reward (%d of %d samples); update skipped", step,
-                            int((~torch.isfinite(rewards)).sum()), rewards.numel())
+                log.warning(
+                    "step %d: non-finite reward (%d of %d samples); update skipped",
+                    step,
+                    int((~torch.isfinite(rewards)).sum()),
+                    rewards.numel(),
+                )
             else:
                 metrics.update(method.prepare_update(rollout))
                 skipped, update_metrics = self.updates.run(rollout, generator)
@@ -242,20 +300,23 @@ class Trainer:
         step_s = time.perf_counter() - t_start
         self.wallclock += step_s
         fwd1, bwd1 = self.counter.snapshot()
-        counts = all_reduce_sum(torch.tensor([fwd1 - fwd0, bwd1 - bwd0], dtype=torch.float64,
-                                             device=collective_device())).tolist()
-        metrics.update({
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "time/rollout_s": timer.seconds.get("rollout", 0.0),
-            "time/reward_s": timer.seconds.get("reward", 0.0),
-            "time/update_s": timer.seconds.get("update", 0.0),
-            "time/step_s": step_s,
-            "time/wallclock_s": self.wallclock,
-            "time/gpu_hours": self.world.world_size * self.wallclock / 3600.0,
-            "count/transformer_fwd": int(counts[0]),      # summed over ranks: the step's total transformer work
-            "count/transformer_bwd": int(counts[1]),
-        })
-        self.lr_schedule.step()                          # the next step's learning rate (``lr`` is this step's)
+        counts = all_reduce_sum(
+            torch.tensor([fwd1 - fwd0, bwd1 - bwd0], dtype=torch.float64, device=collective_device())
+        ).tolist()
+        metrics.update(
+            {
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "time/rollout_s": timer.seconds.get("rollout", 0.0),
+                "time/reward_s": timer.seconds.get("reward", 0.0),
+                "time/update_s": timer.seconds.get("update", 0.0),
+                "time/step_s": step_s,
+                "time/wallclock_s": self.wallclock,
+                "time/gpu_hours": self.world.world_size * self.wallclock / 3600.0,
+                "count/transformer_fwd": int(counts[0]),  # summed over ranks: the step's total transformer work
+                "count/transformer_bwd": int(counts[1]),
+            }
+        )
+        self.lr_schedule.step()  # the next step's learning rate (``lr`` is this step's)
         self.logger.log(metrics)
         every = cfg.trainer.sample_every
         if every and world.is_main and (step % every == 0 or step == cfg.trainer.steps - 1):
@@ -265,7 +326,8 @@ class Trainer:
                 f"{self.nonfinite_in_a_row} steps in a row had a NaN/Inf reward, loss or gradient, so their updates "
                 f"were skipped (trainer.max_nonfinite_in_a_row={cfg.trainer.max_nonfinite_in_a_row}). Fix: lower "
                 f"optimizer.lr, keep trainer.max_grad_norm > 0, check the reward on the run's sample images "
-                f"({self.info.run_dir / 'samples'}).")
+                f"({self.info.run_dir / 'samples'})."
+            )
         return metrics
 
     def _update_ema(self) -> None:
@@ -291,8 +353,14 @@ class Trainer:
         t = self.cfg.trainer
         steps = int(t.steps)
         bar_shown = progress_bar_shown(t.progress, self.world.is_main)
-        bar = tqdm(range(self.start_step, steps), desc=f"{self.cfg.method.name}", initial=self.start_step,
-                   total=steps, disable=not bar_shown, dynamic_ncols=True)
+        bar = tqdm(
+            range(self.start_step, steps),
+            desc=f"{self.cfg.method.name}",
+            initial=self.start_step,
+            total=steps,
+            disable=not bar_shown,
+            dynamic_ncols=True,
+        )
         step_log = StepLog(t.log_every, steps, bar_shown, enabled=self.world.is_main)
         exit_code = 1
         try:
@@ -302,14 +370,16 @@ class Trainer:
                 bar.set_postfix(reward=f"{m['reward/mean']:.4f}", s_per_step=f"{m['time/step_s']:.2f}")
                 step_log(m)
                 if self.run_lock is not None and self.run_lock.lost:
-                    raise RuntimeError(f"another process took this run dir's lock ({self.run_lock.lost}); "
-                                       f"stopping so that the two runs do not mix their files")
+                    raise RuntimeError(
+                        f"another process took this run dir's lock ({self.run_lock.lost}); "
+                        f"stopping so that the two runs do not mix their files"
+                    )
                 last = step == steps - 1
                 if self.preemption.should_stop():
                     self.save_checkpoint(step)
-                    self.checkpoints.wait()                         # written before the job hands over
+                    self.checkpoints.wait()  # written before the job hands over
                     self.logger.finish(exit_code=0)
-                    self.preemption.hand_over(self.world.is_main)   # requeues (rank 0 exits here)
+                    self.preemption.hand_over(self.world.is_main)  # requeues (rank 0 exits here)
                     return float("nan")
                 if t.ckpt_every and (step + 1) % t.ckpt_every == 0 and not last:
                     self.save_checkpoint(step)
@@ -317,13 +387,13 @@ class Trainer:
             exit_code = 0
         finally:
             lost = self.run_lock is not None and self.run_lock.lost
-            if (exit_code == 0 or not self.preemption.requested) and not lost:   # lost: the run dir is another's
+            if (exit_code == 0 or not self.preemption.requested) and not lost:  # lost: the run dir is another's
                 self._finish(exit_code)
             if self.run_lock is not None:
                 self.run_lock.release()
-        rows = [r for r in self.logger.history if "reward/mean" in r]      # evaluation rows have no reward/mean
+        rows = [r for r in self.logger.history if "reward/mean" in r]  # evaluation rows have no reward/mean
         last = rows[-1]["reward/mean"] if rows else None
-        return float("nan") if last is None else float(last)     # a non-finite reward is logged as null
+        return float("nan") if last is None else float(last)  # a non-finite reward is logged as null
 
     def _evaluate(self, step: int) -> None:
         """The held-out evaluation of the model after ``step`` training steps, when due (launcher/evaluation.py)."""
@@ -337,28 +407,36 @@ class Trainer:
 
         if type(self.backbone).save_pretrained is Backbone.save_pretrained:
             if self.world.is_main:
-                log.info("model=%s has no export format (trainer.export skipped); its DCP checkpoint holds the "
-                         "weights", self.cfg.model.name)
+                log.info(
+                    "model=%s has no export format (trainer.export skipped); its DCP checkpoint holds the weights",
+                    self.cfg.model.name,
+                )
             return
         ema = self.cfg.trainer.export_ema
         with self.ema.applied() if ema else contextlib.nullcontext():
             out = self.backbone.save_pretrained(self.info.run_dir / "export")
         if self.world.is_main:
-            log.info("exported the fine-tuned %sweights to %s (see rewardflow_export.json for how to load them)",
-                     "EMA " if ema else "", out)
+            log.info(
+                "exported the fine-tuned %sweights to %s (see rewardflow_export.json for how to load them)",
+                "EMA " if ema else "",
+                out,
+            )
 
     def _finish(self, exit_code: int) -> None:
         if exit_code == 0 and self.cfg.trainer.steps > self.start_step:
-            self.save_checkpoint(int(self.cfg.trainer.steps) - 1)   # the end state is a checkpoint too
-        self.checkpoints.wait()              # an asynchronous save in flight is committed, even after a failure
+            self.save_checkpoint(int(self.cfg.trainer.steps) - 1)  # the end state is a checkpoint too
+        self.checkpoints.wait()  # an asynchronous save in flight is committed, even after a failure
         if exit_code == 0 and self.cfg.trainer.export:
             self._export()
         if not self.world.is_main:
             return
         if self.logger.history:
-            plot_reward_curve(self.logger.history, self.info.run_dir / "reward_curve.png",
-                              title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}",
-                              eval_key=f"eval/{self.cfg.reward.name}/mean")
+            plot_reward_curve(
+                self.logger.history,
+                self.info.run_dir / "reward_curve.png",
+                title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}",
+                eval_key=f"eval/{self.cfg.reward.name}/mean",
+            )
         backend = self.logger.backend
         self.logger.finish(exit_code)
         where = f"; W&B ({backend.mode}): {backend.location}" if backend is not None else ""

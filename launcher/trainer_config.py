@@ -1,4 +1,5 @@
 """Configs of the trainer loop (``trainer.*``) and of its optimizer (``optimizer.*``)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,31 +9,31 @@ from typing import Optional
 
 @dataclass
 class TrainerConfig:
-    steps: int = 150                  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
+    steps: int = 150  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
     seed: int = 0
-    max_grad_norm: float = 1.0        # 0 disables clipping
-    sample_every: int = 25            # image grid every N steps (W&B and PNG); 0 disables
+    max_grad_norm: float = 1.0  # 0 disables clipping
+    sample_every: int = 25  # image grid every N steps (W&B and PNG); 0 disables
     num_sample_images: int = 8
-    max_nonfinite_in_a_row: int = 3   # abort after this many consecutive skipped (NaN/Inf) updates
-    threads: int = 0                  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
-    progress: bool = True             # progress bar with reward and s/step (drawn on a terminal only)
-    log_every: int = 10               # a plain log line every N steps (console and run log); 0: off
-    ckpt_every: int = 50              # DCP checkpoint every N steps (0: only on preemption / at the end)
-    async_checkpoint: bool = False    # write checkpoints in the background (docs/performance.md#asynchronous-checkpoints)
-    keep_last_ckpts: int = 2          # complete checkpoints kept (older ones are deleted)
-    resume: bool = True               # resume from the run dir's latest complete checkpoint if there is one
+    max_nonfinite_in_a_row: int = 3  # abort after this many consecutive skipped (NaN/Inf) updates
+    threads: int = 0  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
+    progress: bool = True  # progress bar with reward and s/step (drawn on a terminal only)
+    log_every: int = 10  # a plain log line every N steps (console and run log); 0: off
+    ckpt_every: int = 50  # DCP checkpoint every N steps (0: only on preemption / at the end)
+    async_checkpoint: bool = False  # write checkpoints in the background (docs/performance.md#asynchronous-checkpoints)
+    keep_last_ckpts: int = 2  # complete checkpoints kept (older ones are deleted)
+    resume: bool = True  # resume from the run dir's latest complete checkpoint if there is one
     resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
-    export: bool = True               # at the end, write <run_dir>/export/ in the format diffusers / peft load
-    ema_decay: float = 0.0            # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
-    export_ema: bool = False          # export the EMA weights instead of the trained ones (needs ema_decay > 0)
+    export: bool = True  # at the end, write <run_dir>/export/ in the format diffusers / peft load
+    ema_decay: float = 0.0  # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
+    export_ema: bool = False  # export the EMA weights instead of the trained ones (needs ema_decay > 0)
 
 
 class LRSchedule(StrEnum):
     """Learning rate per trainer step (launcher/lr_schedule.py)."""
 
-    constant = "constant"                   # optimizer.lr throughout (the baselines' recipes)
-    warmup_constant = "warmup_constant"     # linear warmup over optimizer.warmup_steps, then optimizer.lr
-    warmup_cosine = "warmup_cosine"         # the same warmup, then a cosine down to 0 at the last step
+    constant = "constant"  # optimizer.lr throughout (the baselines' recipes)
+    warmup_constant = "warmup_constant"  # linear warmup over optimizer.warmup_steps, then optimizer.lr
+    warmup_cosine = "warmup_cosine"  # the same warmup, then a cosine down to 0 at the last step
 
 
 @dataclass
@@ -44,4 +45,4 @@ class OptimizerConfig:
     weight_decay: float = 1e-4
     eps: float = 1e-8
     scheduler: LRSchedule = LRSchedule.constant
-    warmup_steps: int = 0             # warmup_*: lr ramps linearly over the first N trainer steps (N >= 1)
+    warmup_steps: int = 0  # warmup_*: lr ramps linearly over the first N trainer steps (N >= 1)

@@ -7,6 +7,7 @@ update's only sync, which the branch (step or skip) needs. The kept updates' sta
 read back once per step. On an accelerator this lets the host queue the next transformer call while the device
 still runs the previous one.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,8 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from rewardflow.distributed import all_reduce_sum, collective_device
 from methods.update_rows import add_sums
+from rewardflow.distributed import all_reduce_sum, collective_device
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +32,14 @@ class UpdateLoop:
         after_step: called after every optimizer step that was taken (e.g. the EMA of the weights follows it).
     """
 
-    def __init__(self, method, optimizer: torch.optim.Optimizer, params: list[torch.nn.Parameter],
-                 max_grad_norm: float, after_step: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        method,
+        optimizer: torch.optim.Optimizer,
+        params: list[torch.nn.Parameter],
+        max_grad_norm: float,
+        after_step: Callable[[], None] | None = None,
+    ):
         self.method, self.optimizer, self.params = method, optimizer, params
         self.max_grad_norm = float(max_grad_norm)
         self.after_step = after_step
@@ -55,7 +62,7 @@ class UpdateLoop:
             bad = ~torch.isfinite(norm)
             if "loss" in stats:
                 bad = bad | ~torch.isfinite(stats["loss"].to(norm.device))
-            flag, norm_value = self._joint(bad, norm)          # the update's one host sync
+            flag, norm_value = self._joint(bad, norm)  # the update's one host sync
             if flag:
                 skipped += 1
                 log.warning("non-finite loss or gradient (grad norm %s); optimizer step skipped", norm_value)
@@ -70,9 +77,10 @@ class UpdateLoop:
             add_sums(sums, stats)
         keys = sorted(sums)
         device = collective_device()
-        values = [sums[k].to(device) for k in keys] + [torch.tensor(float(n_samples), dtype=torch.float64,
-                                                                    device=device)]
-        totals = all_reduce_sum(torch.stack(values)).tolist()                  # the step's statistics sync
+        values = [sums[k].to(device) for k in keys] + [
+            torch.tensor(float(n_samples), dtype=torch.float64, device=device)
+        ]
+        totals = all_reduce_sum(torch.stack(values)).tolist()  # the step's statistics sync
         out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
         if norms:
             out["grad_norm"] = sum(norms) / len(norms)
@@ -88,7 +96,7 @@ class UpdateLoop:
             norm = torch.nn.utils.clip_grad_norm_(grads, self.max_grad_norm)
         else:
             norm = torch.nn.utils.get_total_norm([p.grad for p in grads])
-        if hasattr(norm, "full_tensor"):                 # DTensor under FSDP2
+        if hasattr(norm, "full_tensor"):  # DTensor under FSDP2
             norm = norm.full_tensor()
         return norm
 

@@ -7,6 +7,7 @@ of the run (method, model, reward, data, logger) checks the values it cannot run
 and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
 each naming its key and the fix.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,27 +54,37 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
                 classes[group] = component_class(node, group)
     for cls in classes.values():
         cls.check(run, errors)
-    if not errors.messages:                                 # rules across groups need each group to be valid
+    if not errors.messages:  # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
     Evaluator.check(run, errors)
     errors.raise_if_any()
-    return split_prompts(load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding),
-                         run.eval.split)[0]
+    return split_prompts(
+        load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding), run.eval.split
+    )[0]
 
 
 def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     t = cfg.trainer
     errors.require(t.steps >= 1, "trainer.steps", f"must be >= 1 (got {t.steps})")
-    errors.require(t.max_grad_norm >= 0, "trainer.max_grad_norm",
-                   f"must be >= 0 (got {t.max_grad_norm}); 0 disables clipping")
-    errors.require(t.max_nonfinite_in_a_row >= 1, "trainer.max_nonfinite_in_a_row",
-                   f"must be >= 1 (got {t.max_nonfinite_in_a_row})")
-    errors.require(t.sample_every >= 0, "trainer.sample_every",
-                   f"must be >= 0 (got {t.sample_every}); 0 disables image grids")
-    errors.require(math.isfinite(cfg.optimizer.lr) and cfg.optimizer.lr > 0, "optimizer.lr",
-                   f"must be a finite number > 0 (got {cfg.optimizer.lr}). Fix: e.g. optimizer.lr=1e-5")
-    errors.require(t.log_every >= 0, "trainer.log_every",
-                   f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line")
+    errors.require(
+        t.max_grad_norm >= 0, "trainer.max_grad_norm", f"must be >= 0 (got {t.max_grad_norm}); 0 disables clipping"
+    )
+    errors.require(
+        t.max_nonfinite_in_a_row >= 1,
+        "trainer.max_nonfinite_in_a_row",
+        f"must be >= 1 (got {t.max_nonfinite_in_a_row})",
+    )
+    errors.require(
+        t.sample_every >= 0, "trainer.sample_every", f"must be >= 0 (got {t.sample_every}); 0 disables image grids"
+    )
+    errors.require(
+        math.isfinite(cfg.optimizer.lr) and cfg.optimizer.lr > 0,
+        "optimizer.lr",
+        f"must be a finite number > 0 (got {cfg.optimizer.lr}). Fix: e.g. optimizer.lr=1e-5",
+    )
+    errors.require(
+        t.log_every >= 0, "trainer.log_every", f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line"
+    )
     lr_schedule.check(cfg, errors)
     ParameterEMA.check(cfg, errors)
     with errors.collect():
@@ -84,6 +95,9 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
 
 def check_across_groups(cfg: Any, classes: dict[str, type], errors: ConfigErrors) -> None:
     method, reward = classes["method"], classes["reward"]
-    errors.require(not method.requires_differentiable_reward or reward.is_differentiable(cfg.reward), "reward",
-                   f"method={cfg.method.name} needs a differentiable reward, but reward={cfg.reward.name} is not. "
-                   f"Fix: choose a differentiable reward (e.g. reward=color)")
+    errors.require(
+        not method.requires_differentiable_reward or reward.is_differentiable(cfg.reward),
+        "reward",
+        f"method={cfg.method.name} needs a differentiable reward, but reward={cfg.reward.name} is not. "
+        f"Fix: choose a differentiable reward (e.g. reward=color)",
+    )

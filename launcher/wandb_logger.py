@@ -10,6 +10,7 @@ wins, like a ``wandb.init(mode=...)`` argument. ``logger.project`` / ``logger.en
 ``WANDB_PROJECT`` / ``WANDB_ENTITY`` (or a settings file), then to project ``rewardflow`` and the account's default
 entity. The run's URL, or its offline folder and the ``wandb sync`` command, is logged at start.
 """
+
 from __future__ import annotations
 
 import configparser
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 
 COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
 DEFAULT_PROJECT = "rewardflow"
-MAX_TAG_LENGTH = 64   # W&B rejects longer tags when the run starts
+MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 
 
 def _wandb_settings():
@@ -56,7 +57,7 @@ def credentials_source(settings) -> str | None:
         return "the api_key of a W&B settings file"
     if os.environ.get("WANDB_IDENTITY_TOKEN_FILE") or settings.identity_token_file:
         return "WANDB_IDENTITY_TOKEN_FILE"
-    from wandb.sdk.lib.wbauth import read_netrc_auth     # the reader `wandb login` writes for (pinned wandb)
+    from wandb.sdk.lib.wbauth import read_netrc_auth  # the reader `wandb login` writes for (pinned wandb)
 
     try:
         if read_netrc_auth(host=settings.base_url):
@@ -69,8 +70,10 @@ def credentials_source(settings) -> str | None:
 def resolve_mode(mode: str) -> tuple[str, str]:
     """(the W&B mode to run in, why), following the precedence in the module docstring."""
     if mode not in tuple(WandbMode):
-        raise ConfigError(f"logger.mode must be one of {', '.join(WandbMode)} (got {mode!r}). Fix: logger.mode=auto "
-                          f"follows WANDB_MODE and your W&B login")
+        raise ConfigError(
+            f"logger.mode must be one of {', '.join(WandbMode)} (got {mode!r}). Fix: logger.mode=auto "
+            f"follows WANDB_MODE and your W&B login"
+        )
     if mode != WandbMode.auto:
         return str(mode), f"logger.mode={mode}"
     settings = _wandb_settings()
@@ -90,9 +93,16 @@ class WandbLogger:
     names (the trainer picks ``group``, ``tags`` and ``run_name`` from the config or the sweep). ``run_id`` resumes
     an existing run (same id, no duplicated steps)."""
 
-    def __init__(self, cfg: WandbLoggerConfig, run_dir: str | Path, run_config: dict[str, Any],
-                 group: str | None = None, tags: list[str] | None = None, run_name: str | None = None,
-                 run_id: str | None = None):
+    def __init__(
+        self,
+        cfg: WandbLoggerConfig,
+        run_dir: str | Path,
+        run_config: dict[str, Any],
+        group: str | None = None,
+        tags: list[str] | None = None,
+        run_name: str | None = None,
+        run_id: str | None = None,
+    ):
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
@@ -103,21 +113,31 @@ class WandbLogger:
         project = cfg.project
         if self.mode != "disabled":
             project = project or _wandb_settings().project or DEFAULT_PROJECT
-        kwargs = dict(project=project, entity=cfg.entity, dir=str(run_dir), config=run_config, group=group,
-                      tags=list(tags or []), name=run_name, id=run_id, resume="allow" if run_id else None,
-                      reinit="finish_previous")
+        kwargs = dict(
+            project=project,
+            entity=cfg.entity,
+            dir=str(run_dir),
+            config=run_config,
+            group=group,
+            tags=list(tags or []),
+            name=run_name,
+            id=run_id,
+            resume="allow" if run_id else None,
+            reinit="finish_previous",
+        )
         try:
             self.run = wandb.init(mode=self.mode, **kwargs)
         except Exception as e:  # noqa: BLE001 - only a mode chosen for the user falls back
             if cfg.mode != WandbMode.auto or self.mode != "online":
                 raise
             first_line = (str(e).strip().splitlines() or [""])[0]
-            log.warning("W&B online start failed (%s: %s); logging offline instead (%s)", type(e).__name__,
-                        first_line, why)
+            log.warning(
+                "W&B online start failed (%s: %s); logging offline instead (%s)", type(e).__name__, first_line, why
+            )
             self.mode, why = "offline", "online start failed"
             self.run = wandb.init(mode="offline", **kwargs)
         self.run.define_metric("step")
-        for axis in COMPUTE_AXES:           # compute axes: selectable as x-axis, summarised by their max
+        for axis in COMPUTE_AXES:  # compute axes: selectable as x-axis, summarised by their max
             self.run.define_metric(axis, step_metric="step", summary="max")
         self.run.define_metric("*", step_metric="step")
         log.info("W&B run %s, %s (%s): %s", self.run.id, self.mode, why, self.start_message())
@@ -126,8 +146,11 @@ class WandbLogger:
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         """The config-check hook every component has (see :mod:`launcher.validate`)."""
         long = [t for t in cfg.logger.tags if len(t) > MAX_TAG_LENGTH]
-        errors.require(not long, "logger.tags", f"W&B takes tags of at most {MAX_TAG_LENGTH} characters "
-                       f"(got {long}). Fix: shorten them")
+        errors.require(
+            not long,
+            "logger.tags",
+            f"W&B takes tags of at most {MAX_TAG_LENGTH} characters (got {long}). Fix: shorten them",
+        )
 
     def start_message(self) -> str:
         if self.mode == "online":

@@ -1,4 +1,5 @@
 """Config of logger=wandb (launcher/wandb_logger.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -7,9 +8,9 @@ from typing import Optional
 
 
 class WandbMode(StrEnum):
-    auto = "auto"           # WANDB_MODE, else online iff W&B credentials are configured (docs/wandb.md)
+    auto = "auto"  # WANDB_MODE, else online iff W&B credentials are configured (docs/wandb.md)
     online = "online"
-    offline = "offline"     # files under the run dir; `wandb sync` uploads them later
+    offline = "offline"  # files under the run dir; `wandb sync` uploads them later
     disabled = "disabled"
 
 
@@ -17,12 +18,12 @@ class WandbMode(StrEnum):
 class WandbLoggerConfig:
     _target_: str = "launcher.wandb_logger.WandbLogger"
     name: str = "wandb"
-    project: Optional[str] = None     # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
-    entity: Optional[str] = None      # None: WANDB_ENTITY (or a W&B settings file), else the account's default
+    project: Optional[str] = None  # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
+    entity: Optional[str] = None  # None: WANDB_ENTITY (or a W&B settings file), else the account's default
     mode: WandbMode = WandbMode.auto
-    group: Optional[str] = None       # default: the sweep name for -m runs, else the method name
+    group: Optional[str] = None  # default: the sweep name for -m runs, else the method name
     tags: list[str] = field(default_factory=list)
-    run_name: Optional[str] = None    # default: built from the command-line overrides
+    run_name: Optional[str] = None  # default: built from the command-line overrides
     log_images: bool = True
 
 

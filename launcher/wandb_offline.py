@@ -4,6 +4,7 @@ wandb 0.31 ships no reader for these files; the format is a LevelDB-log-framed s
 ``wandb.proto.wandb_internal_pb2.Record`` (docs/development.md#wb-offline-files). Used by tests and by the compare
 tool; pinned to ``wandb>=0.31,<0.32`` in pyproject because it relies on that internal format.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,7 +28,7 @@ class OfflineRun:
     config: dict = field(default_factory=dict)
     history: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
-    metrics: list[dict] = field(default_factory=list)   # define_metric records
+    metrics: list[dict] = field(default_factory=list)  # define_metric records
 
     def series(self, key: str) -> list:
         return [row[key] for row in self.history if key in row]
@@ -38,13 +39,13 @@ def iter_records(path: str | Path) -> Iterator[bytes]:
     if data[:4] != b":W&B":
         raise ValueError(f"{path}: not a W&B run file")
     off, buf = _HEADER, b""
-    while off + _HEADER <= len(data):       # an incomplete trailing chunk (killed writer) is ignored
-        if _BLOCK - off % _BLOCK < _HEADER:              # block trailer padding
+    while off + _HEADER <= len(data):  # an incomplete trailing chunk (killed writer) is ignored
+        if _BLOCK - off % _BLOCK < _HEADER:  # block trailer padding
             off += _BLOCK - off % _BLOCK
             continue
-        _crc, n, kind = struct.unpack("<IHB", data[off:off + _HEADER])
+        _crc, n, kind = struct.unpack("<IHB", data[off : off + _HEADER])
         off += _HEADER
-        chunk = data[off:off + n]
+        chunk = data[off : off + n]
         off += n
         if len(chunk) < n:
             return
@@ -80,7 +81,7 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         rec = pb.Record()
         try:
             rec.ParseFromString(raw)
-        except DecodeError:          # a truncated last record: the writer was killed (e.g. SLURM preemption)
+        except DecodeError:  # a truncated last record: the writer was killed (e.g. SLURM preemption)
             break
         kind = rec.WhichOneof("record_type")
         if kind == "history":

@@ -17,6 +17,7 @@ One iteration, per sample (B = prompts_per_step x group_size):
 Transformer passes per sample: K + 1 forwards (rollout, denoising), K VJPs (forward + backward of the frozen model),
 ``|S|`` forward + backward of the fine-tuned model for the loss.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,8 +29,8 @@ from methods.base import Rollout
 from methods.lean_adjoint import LeanAdjointSolver
 from methods.memoryless import expand_time
 from methods.soc_base import SOCMethod
-from methods.update_rows import add_sums
 from methods.trajectory import Trajectory
+from methods.update_rows import add_sums
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -57,14 +58,23 @@ class AdjointMatching(SOCMethod):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.method
-        if m.sigma_offset >= 0:                     # negative: SOCMethod's error already
-            errors.require(m.sigma_offset > 0, "method.sigma_offset", f"must be > 0 for the rollout (got "
-                           f"{m.sigma_offset}): the memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40")
-        errors.require(m.loss_last_steps >= 0 and m.loss_random_steps >= 0, "method.loss_last_steps",
-                       f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, "
-                       f"{m.loss_random_steps})")
-        errors.require(m.loss_last_steps + m.loss_random_steps >= 1, "method.loss_last_steps",
-                       "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)")
+        if m.sigma_offset >= 0:  # negative: SOCMethod's error already
+            errors.require(
+                m.sigma_offset > 0,
+                "method.sigma_offset",
+                f"must be > 0 for the rollout (got "
+                f"{m.sigma_offset}): the memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40",
+            )
+        errors.require(
+            m.loss_last_steps >= 0 and m.loss_random_steps >= 0,
+            "method.loss_last_steps",
+            f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})",
+        )
+        errors.require(
+            m.loss_last_steps + m.loss_random_steps >= 1,
+            "method.loss_last_steps",
+            "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)",
+        )
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
     @classmethod
@@ -103,8 +113,14 @@ class AdjointMatching(SOCMethod):
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.device, x.dtype)
             x = self.schedule.em_step(x, v, t, self.ts[i + 1] - self.ts[i], noise)
             traj.record(i + 1, x)
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=traj,
-                       train_steps=self.loss_steps(b, generator).to(x.device))
+        return Rollout(
+            prompts=expanded,
+            group_keys=keys,
+            embeds=embeds,
+            images=None,
+            latents=traj,
+            train_steps=self.loss_steps(b, generator).to(x.device),
+        )
 
     # -- 2. reward and its gradient at the (denoised) endpoint --------------------------------------------------
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:

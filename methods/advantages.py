@@ -7,6 +7,7 @@
 
 Both clamp to ``[-clip, clip]`` (``adv_clip_max`` = 5 in every official script).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from rewardflow.distributed import World, all_gather_cat, all_gather_objects
 
 @dataclass
 class Advantages:
-    values: torch.Tensor          # (B,) clamped advantages
-    zero_std_frac: float          # fraction of groups whose rewards are all equal (no learning signal)
+    values: torch.Tensor  # (B,) clamped advantages
+    zero_std_frac: float  # fraction of groups whose rewards are all equal (no learning signal)
 
 
 def group_ids_from_keys(keys: list) -> torch.Tensor:
@@ -30,8 +31,9 @@ def group_ids_from_keys(keys: list) -> torch.Tensor:
     return torch.tensor([seen.setdefault(k, len(seen)) for k in keys], dtype=torch.long)
 
 
-def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", global_std: bool = False,
-                       clip: float = 5.0) -> Advantages:
+def compute_advantages(
+    rewards: torch.Tensor, keys: list, mode: str = "group", global_std: bool = False, clip: float = 5.0
+) -> Advantages:
     """Advantages for ``rewards`` (B,), grouped by ``keys`` (group ids for ``group`` mode, prompts for ``prompt``)."""
     if mode not in tuple(Advantage):
         raise ValueError(f"advantage mode must be one of {', '.join(Advantage)}, got {mode!r}")
@@ -43,10 +45,10 @@ def compute_advantages(rewards: torch.Tensor, keys: list, mode: str = "group", g
     centred = r - mean[gid]
     sq = torch.zeros_like(count).index_add_(0, gid, centred**2)
     if mode == "group":
-        std = torch.sqrt(sq / (count - 1).clamp(min=1))[gid]           # torch .std(): ddof = 1
+        std = torch.sqrt(sq / (count - 1).clamp(min=1))[gid]  # torch .std(): ddof = 1
         adv = centred / (std + 1e-8)
     else:
-        std = (r.std(unbiased=False).expand_as(r) if global_std else torch.sqrt(sq / count)[gid])
+        std = r.std(unbiased=False).expand_as(r) if global_std else torch.sqrt(sq / count)[gid]
         adv = centred / (std + 1e-4)
     zero_std = float(((sq / count) <= 1e-24).to(r.dtype).mean())
     return Advantages(values=adv.clamp(-clip, clip).to(rewards.dtype), zero_std_frac=zero_std)
@@ -57,8 +59,9 @@ def advantage_keys(rollout: Rollout, mode: str) -> list:
     return rollout.group_keys if mode == Advantage.group else rollout.prompts
 
 
-def step_advantages(rollout: Rollout, keys: list, mode: str, global_std: bool, clip: float, world: World
-                    ) -> dict[str, float]:
+def step_advantages(
+    rollout: Rollout, keys: list, mode: str, global_std: bool, clip: float, world: World
+) -> dict[str, float]:
     """Advantages over the whole step, stored on ``rollout``: rewards and ``keys`` (one per sample) are gathered from
     every rank (``prompt`` mode groups equal prompts over the gathered batch; ``global_std`` needs all rewards), then
     each rank keeps its own rows. Returns the step's advantage metrics."""

@@ -16,6 +16,7 @@ Checkpoints hold the trained weights, the optimizer and ``method.state_dict()``.
 
 A method never copies the loop; it only fills these hooks.
 """
+
 from __future__ import annotations
 
 import abc
@@ -74,7 +75,7 @@ class Method(abc.ABC):
     def __init__(self, cfg: MethodConfig, backbone: Backbone):
         self.cfg = cfg
         self.backbone = backbone
-        self.world = current_world()       # this process's rank; collectives degrade to identity in one process
+        self.world = current_world()  # this process's rank; collectives degrade to identity in one process
 
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod
@@ -85,16 +86,25 @@ class Method(abc.ABC):
         m = cfg.method
         for key in ("group_size", "prompts_per_step"):
             errors.require(getattr(m, key) >= 1, f"method.{key}", f"must be >= 1 (got {getattr(m, key)})")
-        errors.require(m.update_batch >= 1, "method.update_batch", f"must be >= 1 (got {m.update_batch}): transformer "
-                       f"rows per call of the update, CFG rows counted (docs/performance.md#batched-trained-steps)")
+        errors.require(
+            m.update_batch >= 1,
+            "method.update_batch",
+            f"must be >= 1 (got {m.update_batch}): transformer "
+            f"rows per call of the update, CFG rows counted (docs/performance.md#batched-trained-steps)",
+        )
         errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
-        errors.require(m.rollout_chunk >= 1, "method.rollout_chunk", f"must be >= 1 row (got {m.rollout_chunk}); a "
-                       f"sample with true CFG is 2 rows and is never split")
+        errors.require(
+            m.rollout_chunk >= 1,
+            "method.rollout_chunk",
+            f"must be >= 1 row (got {m.rollout_chunk}); a sample with true CFG is 2 rows and is never split",
+        )
         errors.require(m.decode_chunk >= 1, "method.decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
         n = m.group_size * m.prompts_per_step
-        errors.require(m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0, "method.updates_per_rollout",
-                       f"must divide the {n} samples per step (group_size x prompts_per_step); got "
-                       f"{m.updates_per_rollout}")
+        errors.require(
+            m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0,
+            "method.updates_per_rollout",
+            f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}",
+        )
 
     @classmethod
     def needs_reference(cls, cfg: MethodConfig) -> bool:
@@ -136,7 +146,7 @@ class Method(abc.ABC):
         b = len(rollout)
         order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
         per_update = b // int(self.cfg.updates_per_rollout)
-        return [[order[u:u + per_update]] for u in range(0, b, per_update)]
+        return [[order[u : u + per_update]] for u in range(0, b, per_update)]
 
     def end_step(self, step: int) -> None:
         """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""

@@ -1,4 +1,5 @@
 """The config fields every method shares; :meth:`methods.base.Method.check` checks them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,13 +14,13 @@ class MethodConfig:
 
     _target_: str = MISSING
     name: str = MISSING
-    group_size: int = MISSING         # G generations (samples) per prompt
-    prompts_per_step: int = MISSING   # prompts per step, global across ranks: B = prompts_per_step x group_size samples
-    sampling_steps: int = MISSING     # N steps of the sampler's time grid
-    updates_per_rollout: int = 1      # optimizer steps per rollout: the B samples are split into this many updates
-    update_batch: int = 8             # transformer rows per call of the update, CFG rows counted: the memory bound
-                                      # (docs/performance.md#batched-trained-steps; the gradient does not depend on it)
-    rollout_chunk: int = 32           # rows per transformer call without gradients (CFG rows counted; docs/memory.md)
-    decode_chunk: int = 8             # images per VAE decode and per reward call
+    group_size: int = MISSING  # G generations (samples) per prompt
+    prompts_per_step: int = MISSING  # prompts per step, global across ranks: B = prompts_per_step x group_size samples
+    sampling_steps: int = MISSING  # N steps of the sampler's time grid
+    updates_per_rollout: int = 1  # optimizer steps per rollout: the B samples are split into this many updates
+    update_batch: int = 8  # transformer rows per call of the update, CFG rows counted: the memory bound
+    # (docs/performance.md#batched-trained-steps; the gradient does not depend on it)
+    rollout_chunk: int = 32  # rows per transformer call without gradients (CFG rows counted; docs/memory.md)
+    decode_chunk: int = 8  # images per VAE decode and per reward call
     trajectory_offload: bool = False  # keep the states the update reads in pinned host memory, not on the GPU
-    shuffle_samples: bool = False     # shuffle the samples before splitting them into updates (Flow-GRPO)
+    shuffle_samples: bool = False  # shuffle the samples before splitting them into updates (Flow-GRPO)

@@ -5,6 +5,7 @@ intermediate states are drawn from the endpoint alone, without simulating a traj
 ``X_t = t X_1 + (1 - t) eps``, i.e. ``q_t(. | x_1) = N(t x_1, (1 - t)^2 I)`` for rectified flow (independent of the
 base's ``c``). Composed with ``X_1 ~ N(0, c^2 I)`` it gives the base marginal ``N(0, m_t I)``.
 """
+
 from __future__ import annotations
 
 import torch

@@ -9,6 +9,7 @@
 Results do not depend on the chunk sizes beyond float rounding (fp32 matmuls change in the last bits with the row
 count; tests/test_chunked_rollout.py).
 """
+
 from __future__ import annotations
 
 from typing import Callable, Iterator
@@ -24,8 +25,14 @@ def sample_chunks(n: int, rows_per_sample: int, rollout_chunk: int) -> list[torc
     return list(torch.arange(n).split(per_call))
 
 
-def chunked_velocity(backbone: Backbone, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds,
-                     rollout_chunk: int, velocity: Callable | None = None) -> torch.Tensor:
+def chunked_velocity(
+    backbone: Backbone,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    embeds: PromptEmbeds,
+    rollout_chunk: int,
+    velocity: Callable | None = None,
+) -> torch.Tensor:
     """``velocity(x, t, embeds)`` (default ``backbone.velocity``) evaluated ``rollout_chunk`` rows at a time."""
     velocity = velocity or backbone.velocity
     chunks = sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk)
@@ -44,8 +51,9 @@ def display_copy(images: torch.Tensor) -> torch.Tensor:
     return (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
 
-def decode_chunks(backbone: Backbone, latents: torch.Tensor, prompts: list[str], decode_chunk: int,
-                  display: list[torch.Tensor]) -> Iterator[tuple[torch.Tensor, list[str]]]:
+def decode_chunks(
+    backbone: Backbone, latents: torch.Tensor, prompts: list[str], decode_chunk: int, display: list[torch.Tensor]
+) -> Iterator[tuple[torch.Tensor, list[str]]]:
     """Decoded images (fp32, no gradients) and their prompts, ``decode_chunk`` at a time; each chunk's
     :func:`display_copy` is appended to ``display``."""
     for idx in torch.arange(latents.shape[0]).split(max(1, int(decode_chunk))):
@@ -56,11 +64,12 @@ def decode_chunks(backbone: Backbone, latents: torch.Tensor, prompts: list[str],
 
 
 @torch.no_grad()
-def score_in_chunks(backbone: Backbone, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str],
-                    decode_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def score_in_chunks(
+    backbone: Backbone, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str], decode_chunk: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(rewards (B,), display images)``: decode and score ``decode_chunk`` images at a time."""
     display: list[torch.Tensor] = []
     chunks = decode_chunks(backbone, latents, prompts, decode_chunk, display)
-    score_chunks = getattr(reward, "score_chunks", None)     # rewards.base.Reward; any module scoring images works
+    score_chunks = getattr(reward, "score_chunks", None)  # rewards.base.Reward; any module scoring images works
     rewards = score_chunks(chunks) if score_chunks else torch.cat([reward(im, p).float() for im, p in chunks])
     return rewards.float(), torch.cat(display)

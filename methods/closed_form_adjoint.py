@@ -13,6 +13,7 @@ the base drift is linear, the lean adjoint ODE ``a' = -D_c a`` integrates exactl
 
     v_tgt(X_t, t) = v_c(X_t, t) - c^2 (1 - t) / m_t * grad g(X_1)
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,13 @@ from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import expand_time
 
 
-def corrected_terminal_grad(base: LinearMemorylessBase, x1: torch.Tensor, reward_grad: torch.Tensor,
-                            pretrained_score: torch.Tensor, reward_scale: float) -> torch.Tensor:
+def corrected_terminal_grad(
+    base: LinearMemorylessBase,
+    x1: torch.Tensor,
+    reward_grad: torch.Tensor,
+    pretrained_score: torch.Tensor,
+    reward_scale: float,
+) -> torch.Tensor:
     """``grad g(x_1) = -lambda grad r - grad log p_pre - x_1 / c^2`` (same shape as ``x1``)."""
     return -reward_scale * reward_grad - pretrained_score + base.terminal_score(x1)
 
@@ -32,8 +38,9 @@ def closed_form_adjoint(base: LinearMemorylessBase, terminal_grad: torch.Tensor,
     return expand_time(base.propagator(t), terminal_grad) * terminal_grad
 
 
-def velocity_target(base: LinearMemorylessBase, x_t: torch.Tensor, t: torch.Tensor,
-                    terminal_grad: torch.Tensor) -> torch.Tensor:
+def velocity_target(
+    base: LinearMemorylessBase, x_t: torch.Tensor, t: torch.Tensor, terminal_grad: torch.Tensor
+) -> torch.Tensor:
     """EAM's velocity-space regression target ``v_c(x_t, t) - c^2 (1 - t) / m_t * grad g(X_1)``
     (docs/methods/eam.md#closed-form-adjoint-and-target)."""
     return base.velocity(x_t, t) - expand_time(base.target_coef(t), terminal_grad) * terminal_grad

@@ -1,5 +1,6 @@
 """DanceGRPO (docs/methods/grpo_baselines.md#trained-steps): SDE at every step, and each sample trains its own random
 subset of floor(timestep_fraction (N - 1)) of its N - 1 trainable transitions (the last transition is never trained)."""
+
 from __future__ import annotations
 
 import torch
@@ -9,7 +10,7 @@ from methods.grpo_config import GRPOConfig
 
 
 class DanceGRPO(GRPO):
-    train_steps_before_sampling = False         # its random subsets are drawn after the noise of the rollout
+    train_steps_before_sampling = False  # its random subsets are drawn after the noise of the rollout
 
     @classmethod
     def trained_per_sample(cls, cfg: GRPOConfig) -> int:

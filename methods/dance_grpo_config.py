@@ -1,4 +1,5 @@
 """Config of method=dance_grpo: the GRPO defaults are DanceGRPO's."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -20,6 +20,7 @@ sources, line by line, and every choice their code leaves open):
 Transformer passes per sample and step (:meth:`DiffusionNFT.passes_per_sample`): N rollout forwards, then per
 trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,12 +51,14 @@ class DiffusionNFT(Method):
         if getattr(backbone, "guidance_scale", 1.0) > 1.0:
             # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
             # no CFG path), so a sweep can share one model config with methods that sample with CFG
-            log.warning("method=diffusion_nft samples and trains without classifier-free guidance: "
-                        "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
-                        backbone.guidance_scale)
+            log.warning(
+                "method=diffusion_nft samples and trains without classifier-free guidance: "
+                "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
+                backbone.guidance_scale,
+            )
             backbone.guidance_scale = 1.0
         self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone)
-        self.old_policy = LaggingPolicy(backbone.transformer)     # v_old = v at the start (their lines 576-580)
+        self.old_policy = LaggingPolicy(backbone.transformer)  # v_old = v at the start (their lines 576-580)
         self._decay = 0.0
 
     # -- config -------------------------------------------------------------------------------------------------
@@ -64,24 +67,38 @@ class DiffusionNFT(Method):
         super().check(cfg, errors)
         m = cfg.method
         if m.group_size >= 1:
-            errors.require(m.group_size >= 2, "method.group_size", f"must be >= 2 for per-prompt advantages (got "
-                           f"{m.group_size}); the authors use 24")
+            errors.require(
+                m.group_size >= 2,
+                "method.group_size",
+                f"must be >= 2 for per-prompt advantages (got {m.group_size}); the authors use 24",
+            )
         errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
-        errors.require(m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors "
-                       f"use 1 or 0.1")
-        errors.require(m.kl_beta >= 0, "method.kl_beta",
-                       f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off")
-        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
-                       f"must be > 0 (got {m.adv_clip_max}); the authors use 5")
-        if errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
-                          f"must be in (0, 1] (got {m.timestep_fraction})"):
-            errors.require(int(m.timestep_fraction * m.sampling_steps) >= 1, "method.timestep_fraction",
-                           f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
-                           f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more")
+        errors.require(
+            m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors use 1 or 0.1"
+        )
+        errors.require(
+            m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off"
+        )
+        errors.require(
+            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the authors use 5"
+        )
+        if errors.require(
+            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
+        ):
+            errors.require(
+                int(m.timestep_fraction * m.sampling_steps) >= 1,
+                "method.timestep_fraction",
+                f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
+                f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more",
+            )
         errors.require(m.old_decay_flat >= 0, "method.old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
         errors.require(m.old_decay_rate >= 0, "method.old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
-        errors.require(0 <= m.old_decay_max < 1, "method.old_decay_max", f"must be in [0, 1) (got "
-                       f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999")
+        errors.require(
+            0 <= m.old_decay_max < 1,
+            "method.old_decay_max",
+            f"must be in [0, 1) (got "
+            f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999",
+        )
 
     @classmethod
     def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
@@ -106,10 +123,10 @@ class DiffusionNFT(Method):
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         g, bb = int(self.cfg.group_size), self.backbone
         expanded = [p for p in prompts for _ in range(g)]
-        first = self.world.rank * len(prompts)                   # group keys unique across ranks
+        first = self.world.rank * len(prompts)  # group keys unique across ranks
         keys = [first + k for k in range(len(prompts)) for _ in range(g)]
-        embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)   # one conditioning per prompt (docs/memory.md)
-        x = bb.initial_noise(len(expanded), generator)          # fresh noise per sample (their prepare_latents)
+        embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)  # one conditioning per prompt (docs/memory.md)
+        x = bb.initial_noise(len(expanded), generator)  # fresh noise per sample (their prepare_latents)
 
         def velocity(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
             return chunked_velocity(bb, z, self.rollout_time(sigma).float(), embeds, self.cfg.rollout_chunk)
@@ -117,22 +134,37 @@ class DiffusionNFT(Method):
         with self.old_policy.active():
             x = solve(self.cfg.sampler, self.sigmas, velocity, x).float()
         b, n = len(expanded), int(self.cfg.sampling_steps)
-        times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, :self.num_trained()]
-        seeds = torch.randint(0, 2**62, (b,), generator=generator).tolist()     # host ints: read in the update
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=x, decode_latents=x,
-                       train_steps=times.to(x.device), extras={"noise_seeds": seeds})
+        times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, : self.num_trained()]
+        seeds = torch.randint(0, 2**62, (b,), generator=generator).tolist()  # host ints: read in the update
+        return Rollout(
+            prompts=expanded,
+            group_keys=keys,
+            embeds=embeds,
+            images=None,
+            latents=x,
+            decode_latents=x,
+            train_steps=times.to(x.device),
+            extras={"noise_seeds": seeds},
+        )
 
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
-        rollout.rewards, rollout.images = score_in_chunks(self.backbone, reward, rollout.decode_latents,
-                                                          rollout.prompts, int(self.cfg.decode_chunk))
+        rollout.rewards, rollout.images = score_in_chunks(
+            self.backbone, reward, rollout.decode_latents, rollout.prompts, int(self.cfg.decode_chunk)
+        )
         return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
         """Advantages over the whole step (by prompt string or by group), from every rank's rewards."""
-        return step_advantages(rollout, advantage_keys(rollout, self.cfg.advantage), self.cfg.advantage,
-                               self.cfg.global_std, self.cfg.adv_clip_max, self.world)
+        return step_advantages(
+            rollout,
+            advantage_keys(rollout, self.cfg.advantage),
+            self.cfg.advantage,
+            self.cfg.global_std,
+            self.cfg.adv_clip_max,
+            self.world,
+        )
 
     # -- loss ---------------------------------------------------------------------------------------------------
     def forward_noise(self, rollout: Rollout, samples: torch.Tensor) -> torch.Tensor:
@@ -142,8 +174,9 @@ class DiffusionNFT(Method):
 
     def _noise(self, rollout: Rollout, seeds: list[int]) -> torch.Tensor:
         shape = (rollout.train_steps.shape[1], *rollout.latents.shape[1:])
-        noise = [torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32)
-                 for s in seeds]
+        noise = [
+            torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32) for s in seeds
+        ]
         return torch.stack(noise).to(rollout.latents.device)
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
@@ -151,19 +184,19 @@ class DiffusionNFT(Method):
         call one swap to the lagging weights for ``v_old``, the reference forward (``kl_beta`` > 0), the trained
         forward and one backward of :func:`methods.nft_loss.nft_loss`."""
         bb, cfg = self.backbone, self.cfg
-        seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]     # the plan's host-side indices
+        seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]  # the plan's host-side indices
         samples = samples.to(rollout.latents.device)
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
         row_samples, row_steps = trained_rows(samples, steps)
         totals: dict[str, torch.Tensor] = {}
         for call in row_calls(len(row_samples), rows_per_call(cfg.update_batch, bb)):
-            first, last = call.start // t_count, (call.stop - 1) // t_count        # the samples this call touches
-            noise = self._noise(rollout, seeds[first:last + 1]).flatten(0, 1)
-            noise = noise[call.start - first * t_count:call.stop - first * t_count]
+            first, last = call.start // t_count, (call.stop - 1) // t_count  # the samples this call touches
+            noise = self._noise(rollout, seeds[first : last + 1]).flatten(0, 1)
+            noise = noise[call.start - first * t_count : call.stop - first * t_count]
             rows = row_samples[call]
             x0 = rollout.latents[rows]
-            sigma = self.sigmas.to(x0.device)[row_steps[call]]                      # (r,) float64
+            sigma = self.sigmas.to(x0.device)[row_steps[call]]  # (r,) float64
             s = sigma.float().view(-1, *([1] * (x0.ndim - 1)))
             xt = (1.0 - s) * x0 + s * noise
             embeds = rollout.embeds.select(rows)
@@ -176,8 +209,9 @@ class DiffusionNFT(Method):
                         v_ref = bb.velocity(xt, sigma.float(), embeds)
             v = bb.velocity(xt, sigma.float(), embeds)
             r = optimality_weight(rollout.advantages[rows], float(cfg.adv_clip_max), cfg.adv_mode)
-            loss, stats = nft_loss(v, v_old, x0, xt, sigma, r, float(cfg.beta), float(cfg.adv_clip_max),
-                                   float(cfg.kl_beta), v_ref)
+            loss, stats = nft_loss(
+                v, v_old, x0, xt, sigma, r, float(cfg.beta), float(cfg.adv_clip_max), float(cfg.kl_beta), v_ref
+            )
             (loss.sum() / (update_size * t_count)).backward()
             _accumulate(totals, loss, stats, 1.0 / t_count)
         return totals
@@ -186,8 +220,9 @@ class DiffusionNFT(Method):
     def end_step(self, step: int) -> None:
         """Move v_old towards v; the decay follows the optimizer steps taken so far, skipped ones included."""
         steps = (step + 1) * int(self.cfg.updates_per_rollout)
-        self._decay = old_policy_decay(steps, int(self.cfg.old_decay_flat), float(self.cfg.old_decay_rate),
-                                       float(self.cfg.old_decay_max))
+        self._decay = old_policy_decay(
+            steps, int(self.cfg.old_decay_flat), float(self.cfg.old_decay_rate), float(self.cfg.old_decay_max)
+        )
         self.old_policy.update(self._decay)
 
     def step_metrics(self) -> dict[str, float]:
@@ -197,11 +232,15 @@ class DiffusionNFT(Method):
         return self.old_policy.state_dict()
 
 
-def _accumulate(totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor],
-                weight: float) -> None:
+def _accumulate(
+    totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor], weight: float
+) -> None:
     """Per-sample sums weighted by 1/T, which the trainer divides by the number of samples (device tensors)."""
-    sums = {"loss": loss.detach().sum(), "nft/policy_loss": stats["policy_loss"].sum(),
-            "nft/old_deviation": stats["old_deviation"].sum()}
+    sums = {
+        "loss": loss.detach().sum(),
+        "nft/policy_loss": stats["policy_loss"].sum(),
+        "nft/old_deviation": stats["old_deviation"].sum(),
+    }
     if stats.get("kl") is not None:
         sums["nft/kl_ref"] = stats["kl"].sum()
     add_sums(totals, {k: weight * v.detach() for k, v in sums.items()})

@@ -26,6 +26,7 @@ One iteration, per sample (B = prompts_per_step x group_size):
 Transformer passes per sample: ``endpoint_nfe`` + 1 forwards (endpoint, Tweedie), K_t forward + backward for the
 loss; no VJPs and no stored trajectory.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,26 +55,37 @@ class EAM(SOCMethod):
     def __init__(self, cfg: EAMConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.base = LinearMemorylessBase(float(cfg.c))
-        self.endpoint_ts = am_time_grid(cfg.endpoint_schedule, int(cfg.endpoint_nfe), float(cfg.endpoint_shift),
-                                        backbone)
+        self.endpoint_ts = am_time_grid(
+            cfg.endpoint_schedule, int(cfg.endpoint_nfe), float(cfg.endpoint_shift), backbone
+        )
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.method
-        errors.require(m.c > 0, "method.c", f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
-                       f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)")
-        errors.require(m.endpoint_nfe >= 1, "method.endpoint_nfe",
-                       f"must be >= 1 (got {m.endpoint_nfe}); the default is 10")
+        errors.require(
+            m.c > 0,
+            "method.c",
+            f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
+            f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)",
+        )
+        errors.require(
+            m.endpoint_nfe >= 1, "method.endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the default is 10"
+        )
         errors.require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
         errors.require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
-        errors.require(m.loss_timesteps >= 1, "method.loss_timesteps",
-                       f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)")
+        errors.require(
+            m.loss_timesteps >= 1,
+            "method.loss_timesteps",
+            f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)",
+        )
         errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
         if m.time_sampling == TimeSampling.am_grid:
-            errors.require(m.loss_timesteps <= m.sampling_steps, "method.loss_timesteps",
-                           f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid "
-                           f"(got {m.loss_timesteps})")
+            errors.require(
+                m.loss_timesteps <= m.sampling_steps,
+                "method.loss_timesteps",
+                f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})",
+            )
 
     @classmethod
     def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:
@@ -112,11 +124,17 @@ class EAM(SOCMethod):
         for idx in sample_chunks(b, self.backbone.rows_per_sample, self.cfg.rollout_chunk):
             idx = idx.to(x0.device)
             sub = embeds.select(idx)
-            x1[idx] = euler_ode(lambda x, t: self.velocity(x, t, sub), x0[idx], self.endpoint_ts)
+            x1[idx] = euler_ode(lambda x, t, sub=sub: self.velocity(x, t, sub), x0[idx], self.endpoint_ts)
         times = self.loss_times(b, generator).to(x0.device)
         noise = torch.randn((b, times.shape[1], *x0.shape[1:]), generator=generator, dtype=torch.float64)
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=x1,
-                       extras={"loss_times": times, "kernel_noise": noise.to(x0.device, x0.dtype)})
+        return Rollout(
+            prompts=expanded,
+            group_keys=keys,
+            embeds=embeds,
+            images=None,
+            latents=x1,
+            extras={"loss_times": times, "kernel_noise": noise.to(x0.device, x0.dtype)},
+        )
 
     # -- 2. reward gradient -------------------------------------------------------------------------------------
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
@@ -131,19 +149,26 @@ class EAM(SOCMethod):
             return {}
         x1, g_r = rollout.latents, rollout.extras["reward_grad"]
         embeds = rollout.embeds
-        score = terminal_score(self.cfg.terminal_score,
-                               lambda x, t: self.pretrained_velocity_batched(x, t, embeds), x1, float(self.cfg.delta))
+        score = terminal_score(
+            self.cfg.terminal_score,
+            lambda x, t: self.pretrained_velocity_batched(x, t, embeds),
+            x1,
+            float(self.cfg.delta),
+        )
         grad_g = corrected_terminal_grad(self.base, x1, g_r, score, self.reward_scale)
         rollout.extras["terminal_grad"] = grad_g
-        self._step_metrics.update({
-            "soc/terminal_score_norm": float(score.flatten(1).norm(dim=1).mean()),
-            "soc/terminal_grad_norm": float(grad_g.flatten(1).norm(dim=1).mean()),
-        })
+        self._step_metrics.update(
+            {
+                "soc/terminal_score_norm": float(score.flatten(1).norm(dim=1).mean()),
+                "soc/terminal_grad_norm": float(grad_g.flatten(1).norm(dim=1).mean()),
+            }
+        )
         return {}
 
     # -- 4. regression on kernel samples ------------------------------------------------------------------------
-    def targets(self, rollout: Rollout, samples: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor,
-                t_count: int) -> torch.Tensor:
+    def targets(
+        self, rollout: Rollout, samples: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, t_count: int
+    ) -> torch.Tensor:
         """Velocity targets of the rows ``x_t`` (samples repeated ``t_count`` times)."""
         if self.cfg.terminal_score == TerminalScore.anchor:
             g_r = rollout.extras["reward_grad"][samples].repeat_interleave(t_count, dim=0)

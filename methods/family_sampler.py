@@ -12,6 +12,7 @@ Qwen-Image this is ``FlowMatchEulerDiscreteScheduler.step`` of their pipelines; 
 on UniPC's grid that Flow-GRPO and Flash-GRPO evaluate with. Guidance is the backbone's own (its ``velocity``), set
 for evaluation with :meth:`models.backbone.Backbone.guidance_override`.
 """
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,9 @@ def family_sigmas(backbone: Backbone, num_steps: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def family_ode_sample(backbone: Backbone, embeds: PromptEmbeds, noise: torch.Tensor,
-                      sigmas: torch.Tensor) -> torch.Tensor:
+def family_ode_sample(
+    backbone: Backbone, embeds: PromptEmbeds, noise: torch.Tensor, sigmas: torch.Tensor
+) -> torch.Tensor:
     """Final latents of the Euler ODE from ``noise`` (B, *latent) over ``sigmas`` (N + 1,), conditioned on
     ``embeds``; deterministic (the same noise and weights give the same latents)."""
     return euler_ode(lambda x, t: velocity_am(backbone, x, t, embeds), noise, 1.0 - sigmas)

@@ -11,6 +11,7 @@
 * ``flash/kl_ref_<k>``: mean KL to the reference per SDE step (when ``kl_beta`` > 0): its gradient scales as
   lambda^2 (docs/methods/flash_grpo.md#advantages-and-loss).
 """
+
 from __future__ import annotations
 
 import logging
@@ -64,7 +65,7 @@ class FlashDiagnostics:
             self.pre_dev_max = torch.maximum(self.pre_dev_max, dev_max)
         if "kl" in stats:
             pool = torch.tensor(self.pool, device=index.device)
-            hits = (index[:, None] == pool[None, :]).to(torch.float64)          # (rows, pool)
+            hits = (index[:, None] == pool[None, :]).to(torch.float64)  # (rows, pool)
             kl_sum, kl_n = (hits * stats["kl"].detach().to(torch.float64)[:, None]).sum(0), hits.sum(0)
             self.kl_sum = kl_sum if self.kl_sum is None else self.kl_sum + kl_sum
             self.kl_n = kl_n if self.kl_n is None else self.kl_n + kl_n
@@ -76,23 +77,36 @@ class FlashDiagnostics:
             out.update({f"flash/kstar_{i:02d}": int((k == i).sum()) for i in self.pool})
             out["flash/kstar_mean"] = float(k.double().mean())
             lam = 1.0 / torch.cat(self.inv_lambda)
-            out.update({"flash/lambda_min": float(lam.min()), "flash/lambda_mean": float(lam.mean()),
-                        "flash/lambda_max": float(lam.max())})
+            out.update(
+                {
+                    "flash/lambda_min": float(lam.min()),
+                    "flash/lambda_mean": float(lam.mean()),
+                    "flash/lambda_max": float(lam.max()),
+                }
+            )
         if self.weights:
             w = torch.cat(self.weights)
-            out.update({"flash/weight_min": float(w.min()), "flash/weight_max": float(w.max()),
-                        "flash/weight_denom": float(torch.stack(self.denoms).double().mean())})
+            out.update(
+                {
+                    "flash/weight_min": float(w.min()),
+                    "flash/weight_max": float(w.max()),
+                    "flash/weight_denom": float(torch.stack(self.denoms).double().mean()),
+                }
+            )
         if self.pre_n is not None and int(self.pre_n):
             frac = float(self.pre_clipped) / int(self.pre_n)
-            out.update({"flash/pre_update_clip_frac": frac,
-                        "flash/pre_update_ratio_dev_max": float(self.pre_dev_max)})
+            out.update({"flash/pre_update_clip_frac": frac, "flash/pre_update_ratio_dev_max": float(self.pre_dev_max)})
             if frac > self.warn_above and not self._warned:
                 self._warned = True
-                log.warning("flash_grpo: %.1f%% of samples are clipped before any update (max |ratio - 1| = %.2e, "
-                            "clip_range %.0e): rollout and replay numerics differ (dtype, attention backend, CFG, "
-                            "compile). Fix: make them identical, or raise method.clip_range (e.g. 1e-2); see "
-                            "docs/methods/flash_grpo.md#advantages-and-loss",
-                            100 * frac, self.pre_dev_max, self.clip_range)
+                log.warning(
+                    "flash_grpo: %.1f%% of samples are clipped before any update (max |ratio - 1| = %.2e, "
+                    "clip_range %.0e): rollout and replay numerics differ (dtype, attention backend, CFG, "
+                    "compile). Fix: make them identical, or raise method.clip_range (e.g. 1e-2); see "
+                    "docs/methods/flash_grpo.md#advantages-and-loss",
+                    100 * frac,
+                    self.pre_dev_max,
+                    self.clip_range,
+                )
         if self.kl_sum is not None:
             for k, total, n in zip(self.pool, self.kl_sum.tolist(), self.kl_n.tolist()):
                 if n:

@@ -13,6 +13,7 @@ What differs from the shared GRPO machinery, and nothing else:
 * advantages are keyed by group id (not prompt string), with the official global std
   (docs/methods/flash_grpo.md#advantages-and-loss).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -50,45 +51,60 @@ class FlashGRPO(GRPO):
         last = m.sampling_steps - 2
         if m.sde_index_pool is not None:
             pool = list(m.sde_index_pool)
-            errors.require(len(pool) > 0 and len(set(pool)) == len(pool), "method.sde_index_pool",
-                           f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
-                           f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]")
-            errors.require(all(0 <= k <= last for k in pool), "method.sde_index_pool",
-                           f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
-                           f"never the SDE step (Delta and lambda are largest there). Fix: "
-                           f"method.sde_index_pool=null or drop the out-of-range indices")
-        errors.require(bool(m.init_same_noise) == bool(m.share_init_noise), "method.init_same_noise",
-                       f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
-                       f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only")
-        errors.require(m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn",
-                       f"must be >= 0 (got {m.pre_update_clip_warn})")
-        errors.require(not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps), "method.kl_rectify",
-                       "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
-                       "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
-                       "another method.noise_kernel")
+            errors.require(
+                len(pool) > 0 and len(set(pool)) == len(pool),
+                "method.sde_index_pool",
+                f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
+                f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]",
+            )
+            errors.require(
+                all(0 <= k <= last for k in pool),
+                "method.sde_index_pool",
+                f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
+                f"never the SDE step (Delta and lambda are largest there). Fix: "
+                f"method.sde_index_pool=null or drop the out-of-range indices",
+            )
+        errors.require(
+            bool(m.init_same_noise) == bool(m.share_init_noise),
+            "method.init_same_noise",
+            f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
+            f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only",
+        )
+        errors.require(
+            m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})"
+        )
+        errors.require(
+            not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps),
+            "method.kl_rectify",
+            "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
+            "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
+            "another method.noise_kernel",
+        )
 
     @classmethod
     def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
-        return 1                                                       # k*
+        return 1  # k*
 
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------
     def group_stochastic_steps(self, group_keys: list, generator: torch.Generator) -> torch.Tensor:
-        k = group_sde_indices(group_keys, self.pool, self.cfg.sde_index_sampling, bool(self.cfg.iso_temporal),
-                              generator)
+        k = group_sde_indices(
+            group_keys, self.pool, self.cfg.sde_index_sampling, bool(self.cfg.iso_temporal), generator
+        )
         mask = torch.zeros(len(group_keys), self.sde.num_steps, dtype=torch.bool)
         mask[torch.arange(len(k)), k] = True
         return mask
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-        return stochastic.to(torch.int8).argmax(1, keepdim=True)          # (B, 1): the single SDE step k*
+        return stochastic.to(torch.int8).argmax(1, keepdim=True)  # (B, 1): the single SDE step k*
 
     @torch.no_grad()
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         rollout = super().rollout(prompts, generator)
         k = rollout.train_steps[:, 0]
         # what Flash-GRPO stores per rollout beside the states: k*, the model's time input tau and 1/lambda
-        rollout.extras.update(sde_index=k, tau=self.model_time(self.sde.sigma(k)),
-                              inv_lambda=1.0 / rectification_factor(self.sde, k))
+        rollout.extras.update(
+            sde_index=k, tau=self.model_time(self.sde.sigma(k)), inv_lambda=1.0 / rectification_factor(self.sde, k)
+        )
         self.diagnostics.on_rollout(k, rollout.extras["inv_lambda"])
         return rollout
 
@@ -109,13 +125,14 @@ class FlashGRPO(GRPO):
                 weight[idx], denom = rectification_weights(inv[idx], self.cfg.weight_norm, self.pool_inv_lambda)
                 self.diagnostics.on_weights(weight[idx], denom)
             if self.cfg.kl_beta > 0 and self.cfg.kl_rectify:
-                kl_weight[idx], _ = rectification_weights(inv[idx] ** 2, self.cfg.weight_norm, self.pool_inv_lambda ** 2)
+                kl_weight[idx], _ = rectification_weights(inv[idx] ** 2, self.cfg.weight_norm, self.pool_inv_lambda**2)
         rollout.extras.update(weight=weight, kl_weight=kl_weight, update_index=update_of)
         return plan
 
     # -- loss: the shared PPO-clip loss and KL, weighted per sample ------------------------------------------------
-    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
-                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def policy_loss(
+        self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         loss, stats = super().policy_loss(rollout, samples, log_prob, old_log_prob)
         # w > 0, so max(w a, w b) = w max(a, b): the same samples are clipped and clipped ones keep zero gradient
         return rollout.extras["weight"][samples].to(loss.dtype) * loss, stats
@@ -124,8 +141,14 @@ class FlashGRPO(GRPO):
         """Flow-GRPO's KL, weighted by (1/lambda^2)/mean with ``kl_rectify`` (its gradient scales as lambda^2)."""
         return self.cfg.kl_beta * rollout.extras["kl_weight"][samples].to(kl.dtype) * kl
 
-    def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
-                  velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
+    def step_loss(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        index: torch.Tensor,
+        velocity: torch.Tensor,
+        ref_velocity: torch.Tensor | None = None,
+    ):
         loss, stats = super().step_loss(rollout, samples, index, velocity, ref_velocity)
         self.diagnostics.on_loss(rollout.extras["update_index"][samples] == 0, index, stats)
         return loss, stats

@@ -3,11 +3,12 @@ recipe's values where they do not depend on the model family. The sigma_t kernel
 (docs/methods/flash_grpo.md#the-noise-scale-sigma_t): these defaults suit the image families (Flux / SD3.5 /
 Qwen-Image, Flow-GRPO's kernel); the Wan recipe (linear kernel sigma_1 t, UniPC sigmas) is the preset
 experiment=flash_grpo_wan."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import List, Optional
+from typing import Optional
 
 from omegaconf import II
 
@@ -16,14 +17,14 @@ from methods.schedule_config import Schedule
 
 
 class SdeIndexSampling(StrEnum):
-    iid = "iid"                 # independent uniform draws from the pool (the official code)
-    stratified = "stratified"   # a permutation of the pool tiled over the prompts of the step
+    iid = "iid"  # independent uniform draws from the pool (the official code)
+    stratified = "stratified"  # a permutation of the pool tiled over the prompts of the step
 
 
 class WeightNorm(StrEnum):
-    update = "update"   # mean of 1/lambda over the whole update, across ranks (official code)
-    pool = "pool"       # mean over the candidate SDE steps
-    none = "none"       # raw 1/lambda (changes the effective learning rate)
+    update = "update"  # mean of 1/lambda over the whole update, across ranks (official code)
+    pool = "pool"  # mean over the candidate SDE steps
+    none = "none"  # raw 1/lambda (changes the effective learning rate)
 
 
 @dataclass
@@ -32,31 +33,31 @@ class FlashGRPOConfig(GRPOConfig):
 
     _target_: str = "methods.flash_grpo.FlashGRPO"
     name: str = "flash_grpo"
-    group_size: int = 8               # 4 rank slots x 2 videos
-    prompts_per_step: int = 48        # 2 sampling rounds x 24 prompts per epoch (96 GPUs)
+    group_size: int = 8  # 4 rank slots x 2 videos
+    prompts_per_step: int = 48  # 2 sampling rounds x 24 prompts per epoch (96 GPUs)
     sampling_steps: int = 20
-    update_batch: int = 4             # 2 videos per rank x 2 CFG rows
-    shuffle_samples: bool = True      # 2 updates per epoch; every rollout is used in exactly one update
-    schedule: Schedule = Schedule.scheduler   # the family's scheduler sigmas (lambda is computed from them, never
-                                      # tabulated)
-    noise_kernel: NoiseKernel = NoiseKernel.flow   # image families: sigma_t = a sqrt(t / (1 - t)); Wan: linear
-    eta: float = 0.7                  # a (flow kernel; Flow-GRPO's SD3 value, 0.9 for Flux) or the linear kernel's
-                                      # multiplier (official: 1)
-    quantize_timestep: bool = False   # keep the family's own time input (a Wan backbone floors 1000 sigma itself)
-    share_init_noise: bool = False    # one initial latent per group (DanceGRPO); paper and code: fresh per rollout
-    init_same_noise: bool = II(".share_init_noise")   # the shared rollout reads this key: set share_init_noise
+    update_batch: int = 4  # 2 videos per rank x 2 CFG rows
+    shuffle_samples: bool = True  # 2 updates per epoch; every rollout is used in exactly one update
+    schedule: Schedule = Schedule.scheduler  # the family's scheduler sigmas (lambda is computed from them, never
+    # tabulated)
+    noise_kernel: NoiseKernel = NoiseKernel.flow  # image families: sigma_t = a sqrt(t / (1 - t)); Wan: linear
+    eta: float = 0.7  # a (flow kernel; Flow-GRPO's SD3 value, 0.9 for Flux) or the linear kernel's
+    # multiplier (official: 1)
+    quantize_timestep: bool = False  # keep the family's own time input (a Wan backbone floors 1000 sigma itself)
+    share_init_noise: bool = False  # one initial latent per group (DanceGRPO); paper and code: fresh per rollout
+    init_same_noise: bool = II(".share_init_noise")  # the shared rollout reads this key: set share_init_noise
     decode: Decode = Decode.final
     clip_range: float = 1e-3
-    advantage: Advantage = Advantage.prompt   # per-group mean (groups keyed by group id), population std ...
-    global_std: bool = True           # ... over all rewards of the step, across ranks (official PerPromptStatTracker)
-    kl_rectify: bool = False          # weight the KL by (1/lambda^2)/mean: its gradient scales as lambda^2
-    timestep_fraction: float = 1.0    # unused: the trained step is k*
-    sde_index_pool: Optional[List[int]] = None   # candidate k*; null = the first half of the steps, range(N // 2)
+    advantage: Advantage = Advantage.prompt  # per-group mean (groups keyed by group id), population std ...
+    global_std: bool = True  # ... over all rewards of the step, across ranks (official PerPromptStatTracker)
+    kl_rectify: bool = False  # weight the KL by (1/lambda^2)/mean: its gradient scales as lambda^2
+    timestep_fraction: float = 1.0  # unused: the trained step is k*
+    sde_index_pool: Optional[list[int]] = None  # candidate k*; null = the first half of the steps, range(N // 2)
     sde_index_sampling: SdeIndexSampling = SdeIndexSampling.iid
-    iso_temporal: bool = True         # one k* per prompt group; false: one per sample (~ Flow-GRPO-Fast window 1)
-    rectify: bool = True              # weight samples by (1/lambda)/mean(1/lambda); false: the "ITG" ablation
-    weight_norm: WeightNorm = WeightNorm.update   # the 1/lambda denominator
-    pre_update_clip_warn: float = 0.05   # warn when the rollout-vs-replay clip fraction exceeds this
+    iso_temporal: bool = True  # one k* per prompt group; false: one per sample (~ Flow-GRPO-Fast window 1)
+    rectify: bool = True  # weight samples by (1/lambda)/mean(1/lambda); false: the "ITG" ablation
+    weight_norm: WeightNorm = WeightNorm.update  # the 1/lambda denominator
+    pre_update_clip_warn: float = 0.05  # warn when the rollout-vs-replay clip fraction exceeds this
 
 
 SCHEMAS = {"method": {"flash_grpo": FlashGRPOConfig}}

@@ -1,5 +1,6 @@
 """Flow-GRPO (docs/methods/grpo_baselines.md#trained-steps): SDE at every step; trains transitions 0..T-1 in order with
 T = floor(timestep_fraction N) (0.99 -> N - 1: the last step is excluded)."""
+
 from __future__ import annotations
 
 import torch

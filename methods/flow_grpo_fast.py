@@ -2,6 +2,7 @@
 ``window_size`` consecutive steps,
 whose start is drawn uniformly from ``[lo, hi - size]`` once per rollout batch; only the window is trained.
 Outside the window the step is exactly the ODE Euler step (g = 0)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,22 +19,26 @@ class FlowGRPOFast(FlowGRPO):
 
     @classmethod
     def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:
-        return int(cfg.window_size) or int(cfg.sampling_steps) - 1     # the window; size 0: (0, N-1)
+        return int(cfg.window_size) or int(cfg.sampling_steps) - 1  # the window; size 0: (0, N-1)
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.method
         n, size = m.sampling_steps, m.window_size
-        if not errors.require(len(m.window_range) == 2, "method.window_range",
-                              f"must be [lo, hi] (got {list(m.window_range)})"):
+        if not errors.require(
+            len(m.window_range) == 2, "method.window_range", f"must be [lo, hi] (got {list(m.window_range)})"
+        ):
             return
         lo, hi = m.window_range
         errors.require(size >= 0, "method.window_size", f"must be >= 0 (got {size}); 0 means the window (0, N-1)")
-        errors.require(size <= 0 or (0 <= lo <= hi - size and hi <= n - 1), "method.window_range",
-                       f"{[lo, hi]} with window_size={size} does not fit the schedule of sampling_steps={n}: need "
-                       f"0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} (the last step is never "
-                       f"trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]")
+        errors.require(
+            size <= 0 or (0 <= lo <= hi - size and hi <= n - 1),
+            "method.window_range",
+            f"{[lo, hi]} with window_size={size} does not fit the schedule of sampling_steps={n}: need "
+            f"0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} (the last step is never "
+            f"trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]",
+        )
 
     def window(self, generator: torch.Generator) -> tuple[int, int]:
         size = int(self.cfg.window_size)
@@ -46,7 +51,7 @@ class FlowGRPOFast(FlowGRPO):
     def stochastic_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
         start, size = self.window(generator)
         mask = torch.zeros(n, self.sde.num_steps, dtype=torch.bool)
-        mask[:, start:start + size] = True
+        mask[:, start : start + size] = True
         return mask
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

@@ -2,6 +2,7 @@
 PPO-clipped loss with optional KL, and the per-(sample, step) backward. DanceGRPO, Flow-GRPO and Flow-GRPO-Fast
 differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_train_steps` and in config values.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,8 +16,8 @@ from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
-from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from methods.trajectory import Trajectory, transition_states
+from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
@@ -28,7 +29,7 @@ class GRPO(Method):
 
     def __init__(self, cfg: GRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
-        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)   # the family's grid
+        self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)  # the family's grid
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
 
     # -- config -------------------------------------------------------------------------------------------------
@@ -37,21 +38,31 @@ class GRPO(Method):
         super().check(cfg, errors)
         m = cfg.method
         if m.group_size >= 1:
-            errors.require(m.group_size >= 2, "method.group_size",
-                           f"must be >= 2 for group-relative advantages (got {m.group_size})")
-        errors.require(m.clip_range > 0, "method.clip_range",
-                       f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4")
-        errors.require(m.adv_clip_max > 0, "method.adv_clip_max",
-                       f"must be > 0 (got {m.adv_clip_max}); the baselines use 5")
-        errors.require(m.eta > 0, "method.eta",
-                       f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic")
+            errors.require(
+                m.group_size >= 2,
+                "method.group_size",
+                f"must be >= 2 for group-relative advantages (got {m.group_size})",
+            )
+        errors.require(
+            m.clip_range > 0, "method.clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4"
+        )
+        errors.require(
+            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5"
+        )
+        errors.require(
+            m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic"
+        )
         errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
         errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
-        errors.require(0 < m.timestep_fraction <= 1, "method.timestep_fraction",
-                       f"must be in (0, 1] (got {m.timestep_fraction})")
-        errors.require(m.noise_kernel != NoiseKernel.cps or m.eta <= 1, "method.eta",
-                       f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
-                       f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8")
+        errors.require(
+            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
+        )
+        errors.require(
+            m.noise_kernel != NoiseKernel.cps or m.eta <= 1,
+            "method.eta",
+            f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
+            f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8",
+        )
 
     @classmethod
     def needs_reference(cls, cfg: GRPOConfig) -> bool:
@@ -93,7 +104,7 @@ class GRPO(Method):
     # -- rollout ------------------------------------------------------------------------------------------------
     def _initial_noise(self, n_prompts: int, generator: torch.Generator) -> torch.Tensor:
         g = int(self.cfg.group_size)
-        if self.cfg.init_same_noise:   # DanceGRPO: all G generations of a prompt start from the same latent
+        if self.cfg.init_same_noise:  # DanceGRPO: all G generations of a prompt start from the same latent
             return self.backbone.initial_noise(n_prompts, generator).repeat_interleave(g, dim=0)
         return self.backbone.initial_noise(n_prompts * g, generator)
 
@@ -103,15 +114,22 @@ class GRPO(Method):
         (:mod:`methods.trajectory`) and the latents ``score`` decodes (docs/memory.md#chunked-rollouts)."""
         g, bb, sde = int(self.cfg.group_size), self.backbone, self.sde
         expanded = [p for p in prompts for _ in range(g)]
-        first = self.world.rank * len(prompts)            # group keys unique across ranks
+        first = self.world.rank * len(prompts)  # group keys unique across ranks
         keys = [first + k for k in range(len(prompts)) for _ in range(g)]
         embeds = bb.encode_prompts(list(prompts)).repeat_rows(g)
         x = self._initial_noise(len(prompts), generator)
         b, n = x.shape[0], sde.num_steps
         stochastic = self.group_stochastic_steps(keys, generator)
         steps = self.select_train_steps(stochastic, generator) if self.train_steps_before_sampling else None
-        traj = Trajectory(b, n + 1, tuple(x.shape[1:]), x.dtype, x.device, transition_states(steps, n + 1),
-                          offload=bool(self.cfg.trajectory_offload))
+        traj = Trajectory(
+            b,
+            n + 1,
+            tuple(x.shape[1:]),
+            x.dtype,
+            x.device,
+            transition_states(steps, n + 1),
+            offload=bool(self.cfg.trajectory_offload),
+        )
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
         traj.record(0, x)
         final = None
@@ -127,14 +145,23 @@ class GRPO(Method):
             log_probs[:, i] = out.log_prob
         if steps is None:
             steps = self.select_train_steps(stochastic, generator)
-        return Rollout(prompts=expanded, group_keys=keys, embeds=embeds, images=None, latents=traj,
-                       log_probs=log_probs, train_steps=steps.to(x.device), decode_latents=x if final is None else final,
-                       extras={"stochastic": stochastic})
+        return Rollout(
+            prompts=expanded,
+            group_keys=keys,
+            embeds=embeds,
+            images=None,
+            latents=traj,
+            log_probs=log_probs,
+            train_steps=steps.to(x.device),
+            decode_latents=x if final is None else final,
+            extras={"stochastic": stochastic},
+        )
 
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
-        rollout.rewards, rollout.images = score_in_chunks(self.backbone, reward, rollout.decode_latents,
-                                                          rollout.prompts, int(self.cfg.decode_chunk))
+        rollout.rewards, rollout.images = score_in_chunks(
+            self.backbone, reward, rollout.decode_latents, rollout.prompts, int(self.cfg.decode_chunk)
+        )
         return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
@@ -145,12 +172,24 @@ class GRPO(Method):
 
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
         """Advantages over the whole step, from every rank's rewards (:func:`methods.advantages.step_advantages`)."""
-        return step_advantages(rollout, self.advantage_keys(rollout), self.cfg.advantage, self.cfg.global_std,
-                               self.cfg.adv_clip_max, self.world)
+        return step_advantages(
+            rollout,
+            self.advantage_keys(rollout),
+            self.cfg.advantage,
+            self.cfg.global_std,
+            self.cfg.adv_clip_max,
+            self.world,
+        )
 
     # -- loss ---------------------------------------------------------------------------------------------------
-    def step_loss(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
-                  velocity: torch.Tensor, ref_velocity: torch.Tensor | None = None):
+    def step_loss(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        index: torch.Tensor,
+        velocity: torch.Tensor,
+        ref_velocity: torch.Tensor | None = None,
+    ):
         """Per-sample GRPO loss of transition ``index`` given the policy's velocity (differentiable in it).
 
         Returns ``(loss (m,), stats)``. Used by the exact backward here and by methods that compute upstream
@@ -166,8 +205,9 @@ class GRPO(Method):
             stats["kl"] = kl.detach()
         return loss, stats
 
-    def policy_loss(self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor,
-                    old_log_prob: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def policy_loss(
+        self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Per-sample policy loss (m,) of ``samples`` from their new and rollout log-probs, and its detached
         statistics (``ratio``, ``clipped``, ``approx_kl``; see :func:`accumulate_stats`). Default: the PPO-clipped
         surrogate with ``clip_range``."""
@@ -185,8 +225,9 @@ class GRPO(Method):
         Default: ``kl_beta x kl``."""
         return self.cfg.kl_beta * kl
 
-    def velocity_at(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor,
-                    reference: bool = False) -> torch.Tensor:
+    def velocity_at(
+        self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, reference: bool = False
+    ) -> torch.Tensor:
         x = rollout.latents[samples, index]
         t = self.model_time(self.sde.sigma(index)).float()
         embeds = rollout.embeds.select(samples)
@@ -205,8 +246,15 @@ class GRPO(Method):
         self.exact_rows_backward(rollout, samples, steps, update_size * t_count, totals, 1.0 / t_count)
         return totals
 
-    def exact_rows_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                            totals: dict[str, torch.Tensor], weight: float) -> None:
+    def exact_rows_backward(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        steps: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+    ) -> None:
         """Forward + backward of the rows of ``samples`` (m,) at their transitions ``steps`` (m, C), packed into calls
         of ``method.update_batch`` rows (:mod:`methods.update_rows`): the summed loss is the same, so is the
         gradient. Methods that train some steps exactly and others differently (JAGG) call this for the exact ones."""
@@ -214,8 +262,15 @@ class GRPO(Method):
         for call in row_calls(len(row_samples), rows_per_call(self.cfg.update_batch, self.backbone)):
             self.exact_step_backward(rollout, row_samples[call], row_steps[call], norm, totals, weight)
 
-    def exact_step_backward(self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, norm: int,
-                            totals: dict[str, torch.Tensor], weight: float) -> None:
+    def exact_step_backward(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        index: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+    ) -> None:
         """One transformer call: forward + backward of rows ``samples`` (r,) at transitions ``index`` (r,), the loss
         summed over the rows and divided by ``norm``; statistics added to ``totals`` with ``weight``."""
         ref_v = self.velocity_at(rollout, samples, index, reference=True) if self.cfg.kl_beta > 0 else None
@@ -224,12 +279,17 @@ class GRPO(Method):
         accumulate_stats(totals, loss, stats, weight=weight)
 
 
-def accumulate_stats(totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor],
-                     weight: float) -> None:
+def accumulate_stats(
+    totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor], weight: float
+) -> None:
     """Add per-sample sums (weighted, e.g. by 1/T) so the trainer can average them over samples; device tensors,
     read back once per step by the trainer (launcher/update_loop.py)."""
-    sums = {"loss": loss.detach().sum(), "policy/clip_frac": stats["clipped"].sum(),
-            "policy/approx_kl": stats["approx_kl"].sum(), "policy/ratio_mean": stats["ratio"].sum()}
+    sums = {
+        "loss": loss.detach().sum(),
+        "policy/clip_frac": stats["clipped"].sum(),
+        "policy/approx_kl": stats["approx_kl"].sum(),
+        "policy/ratio_mean": stats["ratio"].sum(),
+    }
     if "kl" in stats:
         sums["policy/kl_ref"] = stats["kl"].sum()
     add_sums(totals, {k: weight * v for k, v in sums.items()})

@@ -1,6 +1,7 @@
 """Config of the shared GRPO machinery (:mod:`methods.grpo`; Flow-GRPO arXiv:2505.05470, DanceGRPO
 arXiv:2505.07818). The defaults are DanceGRPO's official Flux values (XueZeyue/DanceGRPO @15cc71d); each variant's
 config overrides what differs."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -13,40 +14,40 @@ from methods.schedule_config import Schedule
 class NoiseKernel(StrEnum):
     """The diffusion coefficient ``g`` of the SDE step (:class:`methods.sde.FlowSDEScheduler`)."""
 
-    dance = "dance"     # constant g = eta (DanceGRPO)
-    flow = "flow"       # g = eta sqrt(sigma / (1 - sigma)) (Flow-GRPO)
-    linear = "linear"   # g = eta sigma_1 sigma (the Wan pipelines of Flow-GRPO and Flash-GRPO)
-    cps = "cps"         # Flow-GRPO's coefficient-preserving step, std = sigma_next sin(eta pi / 2) (docs/cps.md)
+    dance = "dance"  # constant g = eta (DanceGRPO)
+    flow = "flow"  # g = eta sqrt(sigma / (1 - sigma)) (Flow-GRPO)
+    linear = "linear"  # g = eta sigma_1 sigma (the Wan pipelines of Flow-GRPO and Flash-GRPO)
+    cps = "cps"  # Flow-GRPO's coefficient-preserving step, std = sigma_next sin(eta pi / 2) (docs/cps.md)
 
 
 class Decode(StrEnum):
-    final = "final"       # decode the final latent x_N (Flow-GRPO)
-    pred_x0 = "pred_x0"   # decode x0 predicted at the last step (DanceGRPO)
+    final = "final"  # decode the final latent x_N (Flow-GRPO)
+    pred_x0 = "pred_x0"  # decode x0 predicted at the last step (DanceGRPO)
 
 
 class Advantage(StrEnum):
-    group = "group"     # (r - mean) / (unbiased std + 1e-8) per group of G (DanceGRPO)
-    prompt = "prompt"   # per prompt string over the gathered batch, population std + 1e-4 (PerPromptStatTracker)
+    group = "group"  # (r - mean) / (unbiased std + 1e-8) per group of G (DanceGRPO)
+    prompt = "prompt"  # per prompt string over the gathered batch, population std + 1e-4 (PerPromptStatTracker)
 
 
 @dataclass
 class GRPOConfig(MethodConfig):
-    group_size: int = 12              # num_generations
-    prompts_per_step: int = 2         # train_batch_size per GPU x GPUs (here: global)
+    group_size: int = 12  # num_generations
+    prompts_per_step: int = 2  # train_batch_size per GPU x GPUs (here: global)
     sampling_steps: int = 16
-    updates_per_rollout: int = 2      # 24 samples per rank with gradient_accumulation_steps 12 -> 2 optimizer steps
-    shift: float = 3.0                # SD3 time shift S (linear_shift grid; the static shift of a scheduler grid)
-    schedule: Schedule = Schedule.linear_shift   # sigma_0 = 1, sigma_N = 0
+    updates_per_rollout: int = 2  # 24 samples per rank with gradient_accumulation_steps 12 -> 2 optimizer steps
+    shift: float = 3.0  # SD3 time shift S (linear_shift grid; the static shift of a scheduler grid)
+    schedule: Schedule = Schedule.linear_shift  # sigma_0 = 1, sigma_N = 0
     noise_kernel: NoiseKernel = NoiseKernel.dance
-    eta: float = 0.3                  # eta (dance, linear) or the noise level a (flow, cps)
-    quantize_timestep: bool = True    # the model sees floor(1000 sigma) / 1000 (the SDE uses exact sigma)
-    init_same_noise: bool = True      # one initial latent per prompt group
+    eta: float = 0.3  # eta (dance, linear) or the noise level a (flow, cps)
+    quantize_timestep: bool = True  # the model sees floor(1000 sigma) / 1000 (the SDE uses exact sigma)
+    init_same_noise: bool = True  # one initial latent per prompt group
     decode: Decode = Decode.pred_x0
-    clip_range: float = 1e-4          # PPO epsilon
-    adv_clip_max: float = 5.0         # advantages clamped to +-adv_clip_max (every official script: 5)
+    clip_range: float = 1e-4  # PPO epsilon
+    adv_clip_max: float = 5.0  # advantages clamped to +-adv_clip_max (every official script: 5)
     advantage: Advantage = Advantage.group
-    global_std: bool = False          # advantage=prompt: std over all rewards of the step
-    kl_beta: float = 0.0              # beta of the KL to the frozen reference policy (DanceGRPO has none)
-    kl_exact: bool = False            # divide the KL by |Delta| as the exact Gaussian KL does
-    timestep_fraction: float = 0.6    # DanceGRPO: each sample trains a random floor(0.6 (N-1)) of its N-1 trainable
-                                      # steps (the rule is each variant's)
+    global_std: bool = False  # advantage=prompt: std over all rewards of the step
+    kl_beta: float = 0.0  # beta of the KL to the frozen reference policy (DanceGRPO has none)
+    kl_exact: bool = False  # divide the KL by |Delta| as the exact Gaussian KL does
+    timestep_fraction: float = 0.6  # DanceGRPO: each sample trains a random floor(0.6 (N-1)) of its N-1 trainable
+    # steps (the rule is each variant's)

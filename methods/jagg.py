@@ -11,6 +11,7 @@ replaces the intermediate Jacobians by their interpolation in t (exact when the 
 baseline (:class:`JAGGDanceGRPO`, :class:`JAGGFlowGRPO`, :class:`JAGGFlowGRPOFast`), so every hook JAGG does not
 override is the baseline's own code.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -57,22 +58,40 @@ class JAGG(GRPO):
         lay = self.layout
         tail = f" + an exact tail group of {lay.tail}" if lay.tail else ""
         routed = f"groups 0..{lay.num_jagg - 1}" if lay.num_jagg else "no group"
-        log.info("JAGG over %s: %d trained steps = %d groups of %d%s; JAGG on %s (n_J = floor(jagg_frac %.3g x %d) "
-                 "= %d), exact backward on the rest: %d instead of %d transformer backward rows per sample", cfg.base,
-                 lay.num_steps, lay.num_groups, lay.window, tail, routed, lay.jagg_frac, lay.num_groups, lay.num_jagg,
-                 lay.backward_rows_per_sample(), lay.num_steps)
+        log.info(
+            "JAGG over %s: %d trained steps = %d groups of %d%s; JAGG on %s (n_J = floor(jagg_frac %.3g x %d) "
+            "= %d), exact backward on the rest: %d instead of %d transformer backward rows per sample",
+            cfg.base,
+            lay.num_steps,
+            lay.num_groups,
+            lay.window,
+            tail,
+            routed,
+            lay.jagg_frac,
+            lay.num_groups,
+            lay.num_jagg,
+            lay.backward_rows_per_sample(),
+            lay.num_steps,
+        )
         if lay.num_jagg == 0 and lay.jagg_frac > 0:
-            log.warning("method.jagg_frac=%g routes no group to JAGG (floor(%g x %d groups) = 0): this run is the "
-                        "exact baseline", lay.jagg_frac, lay.jagg_frac, lay.num_groups)
+            log.warning(
+                "method.jagg_frac=%g routes no group to JAGG (floor(%g x %d groups) = 0): this run is the "
+                "exact baseline",
+                lay.jagg_frac,
+                lay.jagg_frac,
+                lay.num_groups,
+            )
         if lay.window == 2 and lay.num_jagg:
             log.warning("method.window=2: JAGG is exact but saves no backward pass (2 per group either way)")
-        if cfg.alpha == "model_time":     # checked here once, not per group inside the update (no host sync there)
+        if cfg.alpha == "model_time":  # checked here once, not per group inside the update (no host sync there)
             times = self.model_time(self.sigmas[:-1])
-            if bool((times[:1 - lay.window] == times[lay.window - 1:]).any()):
-                raise ConfigError(f"method.alpha=model_time: the model's time input is equal at the two endpoints "
-                                  f"of a group of {lay.window} steps (floor(1000 sigma) / 1000 with "
-                                  f"method.quantize_timestep=true), so t-weights are undefined. Fix: method.alpha="
-                                  f"sigma (the default), fewer method.sampling_steps or a smaller method.window")
+            if bool((times[: 1 - lay.window] == times[lay.window - 1 :]).any()):
+                raise ConfigError(
+                    f"method.alpha=model_time: the model's time input is equal at the two endpoints "
+                    f"of a group of {lay.window} steps (floor(1000 sigma) / 1000 with "
+                    f"method.quantize_timestep=true), so t-weights are undefined. Fix: method.alpha="
+                    f"sigma (the default), fewer method.sampling_steps or a smaller method.window"
+                )
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
@@ -80,7 +99,7 @@ class JAGG(GRPO):
         """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given).
         Default: the baseline's own trained-step rule."""
         n = sampling_steps or m.sampling_steps
-        return super(JAGG, cls).trained_per_sample(dataclasses.replace(m, sampling_steps=n))
+        return super().trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
     def trained_per_sample(cls, cfg: JAGGConfig) -> int:
@@ -101,27 +120,44 @@ class JAGG(GRPO):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         m = cfg.method
         variant = VARIANTS[m.base]
-        super(JAGG, variant).check(cfg, errors)            # the baseline's own checks
-        window_ok = errors.require(m.window >= 2, "method.window", f"must be >= 2 (got {m.window}): a group needs two "
-                                   f"endpoints; JAGG saves W - 2 backward passes per group (the paper uses 4)")
-        errors.require(0 <= m.jagg_frac <= 1, "method.jagg_frac", f"must be in [0, 1] (got {m.jagg_frac}): the "
-                       f"fraction of groups, from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)")
-        errors.require(0 < m.group_fraction <= 1, "method.group_fraction",
-                       f"must be in (0, 1] (got {m.group_fraction})")
-        errors.require(m.diagnose_every >= 0, "method.diagnose_every",
-                       f"must be >= 0 (got {m.diagnose_every}); 0 disables it")
+        super(JAGG, variant).check(cfg, errors)  # the baseline's own checks
+        window_ok = errors.require(
+            m.window >= 2,
+            "method.window",
+            f"must be >= 2 (got {m.window}): a group needs two "
+            f"endpoints; JAGG saves W - 2 backward passes per group (the paper uses 4)",
+        )
+        errors.require(
+            0 <= m.jagg_frac <= 1,
+            "method.jagg_frac",
+            f"must be in [0, 1] (got {m.jagg_frac}): the "
+            f"fraction of groups, from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)",
+        )
+        errors.require(
+            0 < m.group_fraction <= 1, "method.group_fraction", f"must be in (0, 1] (got {m.group_fraction})"
+        )
+        errors.require(
+            m.diagnose_every >= 0, "method.diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it"
+        )
         if not window_ok:
             return
         steps, w = variant.num_trainable(m), int(m.window)
         rule = variant.trained_rule(m)
-        if not errors.require(steps >= w, "method.window", f"W = {w}, but {rule}, fewer than one group of {w}. "
-                              f"Fix: {variant.fix_hint(m, w)} or a smaller method.window (2 is exact but saves "
-                              f"nothing)"):
+        if not errors.require(
+            steps >= w,
+            "method.window",
+            f"W = {w}, but {rule}, fewer than one group of {w}. "
+            f"Fix: {variant.fix_hint(m, w)} or a smaller method.window (2 is exact but saves "
+            f"nothing)",
+        ):
             return
-        errors.require(not steps % w or m.remainder != Remainder.error, "method.window",
-                       f"W = {w}, but {rule}, not a multiple of {w} (method.remainder=error). Fix: "
-                       f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last {steps % w} steps then form "
-                       f"an exact group)")
+        errors.require(
+            not steps % w or m.remainder != Remainder.error,
+            "method.window",
+            f"W = {w}, but {rule}, not a multiple of {w} (method.remainder=error). Fix: "
+            f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last {steps % w} steps then form "
+            f"an exact group)",
+        )
 
     @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:
@@ -131,8 +167,11 @@ class JAGG(GRPO):
     def fix_hint(cls, m: JAGGConfig, w: int) -> str:
         """Which ``sampling_steps`` near the current one give a trainable count that fits ``w``."""
         n = int(m.sampling_steps)
-        fits = [k for k in range(max(2, n - 3 * w), n + 3 * w + 1)
-                if cls.num_trainable(m, k) >= w and cls.num_trainable(m, k) % w == 0]
+        fits = [
+            k
+            for k in range(max(2, n - 3 * w), n + 3 * w + 1)
+            if cls.num_trainable(m, k) >= w and cls.num_trainable(m, k) % w == 0
+        ]
         if not fits:
             return "change the steps the baseline trains"
         below, above = [k for k in fits if k <= n], [k for k in fits if k > n]
@@ -147,7 +186,7 @@ class JAGG(GRPO):
         self._rollouts += 1
         rollout = super().rollout(prompts, generator)
         chosen = self.layout.choose_groups(float(self.cfg.group_fraction), generator)
-        if self.cfg.group_fraction < 1:              # rank 0's draw: all ranks must run the same passes (FSDP)
+        if self.cfg.group_fraction < 1:  # rank 0's draw: all ranks must run the same passes (FSDP)
             chosen = all_gather_objects(chosen)[0]
         groups = self.layout.assign(rollout.train_steps, chosen)
         rollout.train_steps = groups.steps
@@ -178,14 +217,28 @@ class JAGG(GRPO):
             self.exact_group_backward(rollout, samples, steps[:, exact], norm, totals, weight)
         return totals
 
-    def exact_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                             totals: dict[str, torch.Tensor], weight: float) -> None:
+    def exact_group_backward(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        steps: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+    ) -> None:
         """The baseline's exact backward of the given steps (one backward row per sample and step), their rows
         packed ``method.update_batch`` per transformer call."""
         self.exact_rows_backward(rollout, samples, steps, norm, totals, weight)
 
-    def jagg_group_backward(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                            totals: dict[str, torch.Tensor], weight: float) -> None:
+    def jagg_group_backward(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        steps: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+    ) -> None:
         """One JAGG group (docs/methods/jagg.md#one-jagg-group), rows ``samples`` (m,) at transitions ``steps`` (m, W),
         in sub-batches of ``update_batch // 2`` samples (their 2 endpoints per sample fill one call):
 
@@ -200,24 +253,35 @@ class JAGG(GRPO):
         for part in row_calls(samples.shape[0], max(1, per_call // 2)):
             self._jagg_group_part(rollout, samples[part], steps[part], norm, totals, weight, per_call)
 
-    def _jagg_group_part(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                         totals: dict[str, torch.Tensor], weight: float, per_call: int) -> None:
+    def _jagg_group_part(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        steps: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+        per_call: int,
+    ) -> None:
         w, m = steps.shape[1], samples.shape[0]
-        with torch.no_grad():     # intermediate steps first: nothing of theirs stays in memory
-            inner_samples, inner_steps = samples.repeat(w - 2), steps[:, 1:-1].T.reshape(-1)   # step-major rows
-            flat = [self.velocity_at(rollout, inner_samples[c], inner_steps[c])
-                    for c in row_calls(len(inner_samples), per_call)]
+        with torch.no_grad():  # intermediate steps first: nothing of theirs stays in memory
+            inner_samples, inner_steps = samples.repeat(w - 2), steps[:, 1:-1].T.reshape(-1)  # step-major rows
+            flat = [
+                self.velocity_at(rollout, inner_samples[c], inner_steps[c])
+                for c in row_calls(len(inner_samples), per_call)
+            ]
             inner = list(torch.cat(flat).split(m)) if flat else []
         ends = self.velocity_at(rollout, samples.repeat(2), torch.cat([steps[:, 0], steps[:, -1]]))
         first, last = ends.chunk(2)
         upstream, loss, stats = self.upstream_gradients(rollout, samples, steps, [first, *inner, last], norm)
-        accumulate_stats(totals, loss, stats, weight=weight)       # the exact per-step loss values
+        accumulate_stats(totals, loss, stats, weight=weight)  # the exact per-step loss values
         w_base, w_corr = endpoint_weights(self.interpolation_weights(steps), self.cfg.ablation)
         s_base, s_corr = aggregate(upstream, w_base, w_corr)
         ends.backward(torch.cat([s_base, s_corr]).to(ends.dtype))
 
-    def upstream_gradients(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor,
-                           velocities: list[torch.Tensor], norm: int):
+    def upstream_gradients(
+        self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, velocities: list[torch.Tensor], norm: int
+    ):
         """Per-step losses ``L_j`` (PPO-clipped, plus beta KL_j when ``kl_beta > 0``) divided by ``norm``, and
         ``s_j = dL_j / dv_j`` by autograd through the SDE log-prob and the PPO term on detached fp32 (or fp64)
         copies of the velocities: a few element-wise ops, never the transformer (step 2 of
@@ -230,10 +294,14 @@ class JAGG(GRPO):
         proxies = torch.stack([v.detach() for v in velocities])
         proxies = proxies.to(torch.promote_types(proxies.dtype, torch.float32)).requires_grad_()
         ref = None
-        if self.cfg.kl_beta > 0:     # the reference's velocities of the W x m rows, step-major like the proxies
+        if self.cfg.kl_beta > 0:  # the reference's velocities of the W x m rows, step-major like the proxies
             rows, times = samples.repeat(w), steps.T.reshape(-1)
-            ref = torch.cat([self.velocity_at(rollout, rows[c], times[c], reference=True)
-                             for c in row_calls(len(rows), rows_per_call(self.cfg.update_batch, self.backbone))])
+            ref = torch.cat(
+                [
+                    self.velocity_at(rollout, rows[c], times[c], reference=True)
+                    for c in row_calls(len(rows), rows_per_call(self.cfg.update_batch, self.backbone))
+                ]
+            )
         with torch.enable_grad():
             loss, stats = self.step_loss(rollout, samples.repeat(w), steps.T.reshape(-1), proxies.flatten(0, 1), ref)
             (upstream,) = torch.autograd.grad(loss.sum() / norm, proxies)
@@ -250,13 +318,24 @@ class JAGG(GRPO):
         return time_weights(self.model_time(times) if self.cfg.alpha == Alpha.model_time else times)
 
     # -- diagnostics --------------------------------------------------------------------------------------------
-    def _diagnose_group(self, rollout: Rollout, samples: torch.Tensor, steps: torch.Tensor, norm: int,
-                        totals: dict[str, torch.Tensor], weight: float, group: int) -> None:
+    def _diagnose_group(
+        self,
+        rollout: Rollout,
+        samples: torch.Tensor,
+        steps: torch.Tensor,
+        norm: int,
+        totals: dict[str, torch.Tensor],
+        weight: float,
+        group: int,
+    ) -> None:
         """Train the group by its route as usual, also compute the other route's gradient (discarded), and record
         cosine and relative error of the JAGG gradient against the exact one (docs/methods/jagg.md#diagnostic-mode)."""
         jagg = self.layout.is_jagg(group)
-        route, other = ((self.jagg_group_backward, self.exact_group_backward) if jagg
-                        else (self.exact_group_backward, self.jagg_group_backward))
+        route, other = (
+            (self.jagg_group_backward, self.exact_group_backward)
+            if jagg
+            else (self.exact_group_backward, self.jagg_group_backward)
+        )
         probe = GradientProbe(self.backbone.trainable_parameters())
         accumulated = probe.take()
         route(rollout, samples, steps, norm, totals, weight)
@@ -280,7 +359,7 @@ class JAGGDanceGRPO(JAGG, DanceGRPO):
     trainable steps (the paper: 21 sampling steps, 20 trained, 5 groups of 4); ``method.group_fraction < 1``
     subsamples whole groups per step instead."""
 
-    train_steps_before_sampling = True          # all N - 1 trainable steps, known before sampling
+    train_steps_before_sampling = True  # all N - 1 trainable steps, known before sampling
 
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
@@ -300,8 +379,10 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
 
     @classmethod
     def trained_rule(cls, m: JAGGConfig) -> str:
-        return (f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
-                f" = {cls.num_trainable(m)} steps")
+        return (
+            f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
+            f" = {cls.num_trainable(m)} steps"
+        )
 
 
 class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
@@ -318,5 +399,8 @@ class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
         return f"method.window_size={w * max(1, -(-int(m.window_size) // w))} (window_range must fit it)"
 
 
-VARIANTS: dict[str, type[JAGG]] = {"dance_grpo": JAGGDanceGRPO, "flow_grpo": JAGGFlowGRPO,
-                                   "flow_grpo_fast": JAGGFlowGRPOFast}
+VARIANTS: dict[str, type[JAGG]] = {
+    "dance_grpo": JAGGDanceGRPO,
+    "flow_grpo": JAGGFlowGRPO,
+    "flow_grpo_fast": JAGGFlowGRPOFast,
+}

@@ -1,6 +1,7 @@
 """Config of method=jagg (Ding et al., arXiv:2607.17572; docs/methods/jagg.md): JAGG over the GRPO baseline chosen
 by ``base``. Every sampler / advantage / trained-step key follows that baseline's stock value (``stock.<base>``:
 the baseline's own config defaults, except where JAGG adapts them), and any of them can still be set directly."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -23,30 +24,44 @@ class JAGGBase(StrEnum):
 
 
 class Alpha(StrEnum):
-    sigma = "sigma"             # t-weights on the exact sigma schedule
-    model_time = "model_time"   # on the time the model is fed (DanceGRPO's floor(1000 sigma) / 1000)
-    index = "index"             # j / (W - 1), the prototype's (not exact on a shifted schedule)
+    sigma = "sigma"  # t-weights on the exact sigma schedule
+    model_time = "model_time"  # on the time the model is fed (DanceGRPO's floor(1000 sigma) / 1000)
+    index = "index"  # j / (W - 1), the prototype's (not exact on a shifted schedule)
 
 
 class Ablation(StrEnum):
     none = "none"
-    endpoints_only = "endpoints_only"       # s_0 and s_{W-1} only: the same cost, as if 2 of W steps were trained
-    nearest_endpoint = "nearest_endpoint"   # alpha rounded to {0, 1} (definition unconfirmed)
+    endpoints_only = "endpoints_only"  # s_0 and s_{W-1} only: the same cost, as if 2 of W steps were trained
+    nearest_endpoint = "nearest_endpoint"  # alpha rounded to {0, 1} (definition unconfirmed)
 
 
 class Remainder(StrEnum):
-    exact = "exact"   # M mod W trained steps left over: one exact group at the low-noise end
-    error = "error"   # reject such configs, naming the sampling_steps that fit
+    exact = "exact"  # M mod W trained steps left over: one exact group at the low-noise end
+    error = "error"  # reject such configs, naming the sampling_steps that fit
 
 
 #: the keys whose value is the chosen baseline's (``method.<key>`` interpolates ``method.stock.<base>.<key>``)
-STOCK_KEYS = ("group_size", "prompts_per_step", "sampling_steps", "schedule", "noise_kernel", "eta",
-              "quantize_timestep", "init_same_noise", "decode", "clip_range", "advantage", "kl_beta",
-              "timestep_fraction", "shuffle_samples", "window_size")
+STOCK_KEYS = (
+    "group_size",
+    "prompts_per_step",
+    "sampling_steps",
+    "schedule",
+    "noise_kernel",
+    "eta",
+    "quantize_timestep",
+    "init_same_noise",
+    "decode",
+    "clip_range",
+    "advantage",
+    "kl_beta",
+    "timestep_fraction",
+    "shuffle_samples",
+    "window_size",
+)
 
 
 def _stock(baseline: GRPOConfig, **jagg: Any) -> dict[str, Any]:
-    values = {k: getattr(baseline, k, 0) for k in STOCK_KEYS}      # window_size: 0 (unused) off Flow-GRPO-Fast
+    values = {k: getattr(baseline, k, 0) for k in STOCK_KEYS}  # window_size: 0 (unused) off Flow-GRPO-Fast
     values.update(jagg)
     return {k: v.value if isinstance(v, Enum) else v for k, v in values.items()}
 
@@ -77,16 +92,16 @@ class JAGGConfig(GRPOConfig):
 
     _target_: str = "methods.jagg.JAGG"
     name: str = "jagg"
-    base: JAGGBase = JAGGBase.dance_grpo   # the baseline JAGG accelerates
-    window: int = 4                   # W: consecutive trained steps per group (>= 2; 2 is exact but saves nothing)
-    jagg_frac: float = _from_stock("jagg_frac")   # JAGG on groups 0 .. floor(jagg_frac G) - 1, the high-noise end;
-                                      # exact backward on the rest (0: the baseline's backward, bit for bit)
-    group_fraction: float = 1.0       # 1: every step trains all groups (paper); < 1: a random subset per step
-    alpha: Alpha = Alpha.sigma        # the t-weights
+    base: JAGGBase = JAGGBase.dance_grpo  # the baseline JAGG accelerates
+    window: int = 4  # W: consecutive trained steps per group (>= 2; 2 is exact but saves nothing)
+    jagg_frac: float = _from_stock("jagg_frac")  # JAGG on groups 0 .. floor(jagg_frac G) - 1, the high-noise end;
+    # exact backward on the rest (0: the baseline's backward, bit for bit)
+    group_fraction: float = 1.0  # 1: every step trains all groups (paper); < 1: a random subset per step
+    alpha: Alpha = Alpha.sigma  # the t-weights
     ablation: Ablation = Ablation.none
     remainder: Remainder = Remainder.exact
-    diagnose_every: int = 0           # N > 0: every N steps, also compute exact gradients of the first micro-batch's
-                                      # groups and log jagg/cos_group_<g>, jagg/rel_err_group_<g> (extra passes)
+    diagnose_every: int = 0  # N > 0: every N steps, also compute exact gradients of the first micro-batch's
+    # groups and log jagg/cos_group_<g>, jagg/rel_err_group_<g> (extra passes)
     group_size: int = _from_stock("group_size")
     prompts_per_step: int = _from_stock("prompts_per_step")
     sampling_steps: int = _from_stock("sampling_steps")
@@ -101,9 +116,9 @@ class JAGGConfig(GRPOConfig):
     kl_beta: float = _from_stock("kl_beta")
     timestep_fraction: float = _from_stock("timestep_fraction")
     shuffle_samples: bool = _from_stock("shuffle_samples")
-    window_size: int = _from_stock("window_size")   # base=flow_grpo_fast: the SDE window (trained steps)
-    window_range: list[int] = field(default_factory=lambda: [0, 5])   # base=flow_grpo_fast: the window's start range
-    stock: dict[str, Any] = field(default_factory=jagg_stock)   # per-base stock values the keys above follow
+    window_size: int = _from_stock("window_size")  # base=flow_grpo_fast: the SDE window (trained steps)
+    window_range: list[int] = field(default_factory=lambda: [0, 5])  # base=flow_grpo_fast: the window's start range
+    stock: dict[str, Any] = field(default_factory=jagg_stock)  # per-base stock values the keys above follow
 
 
 SCHEMAS = {"method": {"jagg": JAGGConfig}}

@@ -7,6 +7,7 @@ accumulated so far, letting the group's backward write into empty ``.grad``, and
 training gradient is exactly what it would have been without the diagnosis. Works on FSDP2 (DTensor) gradients:
 reductions of sharded tensors are summed across ranks.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -62,5 +63,7 @@ def compare(approx: list[torch.Tensor | None], exact: list[torch.Tensor | None])
     """Cosine and relative error ``|approx - exact| / |exact|`` of two gradients (lists over parameters)."""
     aa, ee, ae = _sum_sq(approx), _sum_sq(exact), _sum_sq(approx, exact)
     denom = (aa * ee) ** 0.5
-    return {"cos": ae / denom if denom > 0 else float("nan"),
-            "rel_err": _sum_sq(approx, exact, diff=True) ** 0.5 / ee**0.5 if ee > 0 else float("nan")}
+    return {
+        "cos": ae / denom if denom > 0 else float("nan"),
+        "rel_err": _sum_sq(approx, exact, diff=True) ** 0.5 / ee**0.5 if ee > 0 else float("nan"),
+    }

@@ -11,6 +11,7 @@ groups, order kept. The prototype drew the subset per sample; here it is drawn o
 sample (and, in multi-process runs, every rank), because every rank must run the same sequence of transformer passes
 for FSDP's collectives to match, and JAGG and exact groups run different passes.
 """
+
 from __future__ import annotations
 
 import math

@@ -5,6 +5,7 @@ Within a group of W steps with times t_0 > ... > t_{W-1}, JAGG replaces the para
 ``(1 - alpha_j) J_0 + alpha_j J_{W-1}`` with t-weighted ``alpha_j = (t_0 - t_j) / (t_0 - t_{W-1})``, so the group's
 gradient ``sum_j J_j^T s_j`` becomes ``J_0^T s_base + J_{W-1}^T s_corr``: two backward passes instead of W.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,9 @@ def time_weights(times: torch.Tensor) -> torch.Tensor:
     return (times[0] - times) / (times[0] - times[-1])
 
 
-def index_weights(window: int, rows: int, dtype: torch.dtype = torch.float64,
-                  device: torch.device | None = None) -> torch.Tensor:
+def index_weights(
+    window: int, rows: int, dtype: torch.dtype = torch.float64, device: torch.device | None = None
+) -> torch.Tensor:
     """The prototype's index-uniform ``alpha_j = j / (W - 1)``; not exact on a shifted schedule (Theorem 1, d)."""
     return torch.linspace(0, 1, window, dtype=dtype, device=device).unsqueeze(1).expand(window, rows)
 

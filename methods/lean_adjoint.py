@@ -8,6 +8,7 @@ with the *base* (frozen pretrained) memoryless drift ``b = 2 v_pre - kappa_t x``
 (``a_k = a_{k+1} + h_k [grad_x b(X_k, t_k)]^T a_{k+1}``); each step costs one forward + backward of the frozen model,
 which the caller provides as a VJP function. Everything here is detached (no parameter gradients).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -36,8 +37,13 @@ class LeanAdjointSolver:
         return a_next + expand_time(dt.double(), a_next) * (2.0 * vjp_v - kappa * a_next)
 
     @torch.no_grad()
-    def solve(self, vjp: VJPFn, ts: torch.Tensor, a_terminal: torch.Tensor,
-              keep: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+    def solve(
+        self,
+        vjp: VJPFn,
+        ts: torch.Tensor,
+        a_terminal: torch.Tensor,
+        keep: Callable[[int, torch.Tensor], None] | None = None,
+    ) -> torch.Tensor:
         """Integrate from ``a_K = a_terminal`` at ``ts[K]`` back to ``ts[0]`` on the increasing grid ``ts`` (K + 1,).
 
         Returns all adjoints ``a_0..a_K`` (B, K + 1, *shape), or, when ``keep(k, a_k)`` is given (to store only what

@@ -17,6 +17,7 @@ unit-variance latents. Do not use ``c -> infinity`` (the improper base ``D = 1/t
 the noise end.
 All coefficients are computed in float64 from per-sample times ``t`` (B,).
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,12 +36,12 @@ class LinearMemorylessBase:
         if not c > 0:
             raise ValueError(f"c must be > 0 (got {c})")
         self.c = float(c)
-        self.c2 = self.c ** 2
+        self.c2 = self.c**2
 
     def m(self, t: torch.Tensor) -> torch.Tensor:
         """Base marginal variance ``m_t = (1 - t)^2 + c^2 t^2``."""
         t = t.double()
-        return (1.0 - t) ** 2 + self.c2 * t ** 2
+        return (1.0 - t) ** 2 + self.c2 * t**2
 
     def m_dot(self, t: torch.Tensor) -> torch.Tensor:
         t = t.double()
@@ -57,7 +58,7 @@ class LinearMemorylessBase:
     def drift_coef(self, t: torch.Tensor) -> torch.Tensor:
         """``D_c(t) = ((c^2 + 1) t^2 - 1) / (t m_t)`` (singular like ``-1/t`` at the noise end)."""
         t = t.double()
-        return ((self.c2 + 1.0) * t ** 2 - 1.0) / (t * self.m(t))
+        return ((self.c2 + 1.0) * t**2 - 1.0) / (t * self.m(t))
 
     def propagator(self, t: torch.Tensor, s: torch.Tensor | float = 1.0) -> torch.Tensor:
         """``Phi(s, t) = exp(int_t^s D_c) = (m_s / m_t) (t / s)``; ``Phi(1, t) = c^2 t / m_t``."""

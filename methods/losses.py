@@ -1,12 +1,14 @@
 """PPO-clipped GRPO loss and the KL regulariser to the reference policy
 (docs/methods/grpo_baselines.md#ppo-loss-and-normalisation, docs/methods/grpo_baselines.md#kl-to-the-reference)."""
+
 from __future__ import annotations
 
 import torch
 
 
-def ppo_clip_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor,
-                  clip_range: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_clip_loss(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-sample ``max(-A rho, -A clip(rho, 1 - eps, 1 + eps))`` with ``rho = exp(l - l_old)``.
 
     Returns the per-sample loss (B,) and detached statistics: ``ratio``, ``clipped`` (|rho - 1| > eps, as
@@ -27,8 +29,9 @@ def ppo_clip_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages
     return loss, stats
 
 
-def kl_to_reference(mean: torch.Tensor, ref_mean: torch.Tensor, g: torch.Tensor, exact: bool = False,
-                    delta: torch.Tensor | None = None) -> torch.Tensor:
+def kl_to_reference(
+    mean: torch.Tensor, ref_mean: torch.Tensor, g: torch.Tensor, exact: bool = False, delta: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-sample KL between the policy's and the reference's Gaussian steps (equal covariances).
 
     Flow-GRPO computes ``mean_D ||mu - mu_ref||^2 / (2 g^2)`` (``exact=False``); the exact Gaussian KL also divides

@@ -10,6 +10,7 @@ Both are singular at ``t = 0`` (and ``sigma`` vanishes at ``t = 1``), so AM's Ap
 schedule, usable on grids that avoid ``t = 0``). Written like a diffusers scheduler: stateless, float64 coefficients,
 per-sample times ``t`` of shape (B,) broadcast over the latent.
 """
+
 from __future__ import annotations
 
 import torch
@@ -61,13 +62,17 @@ class MemorylessSchedule:
         """Memoryless drift ``2 v - kappa_t x`` of a velocity field ``v`` (AM's base drift when ``v = v_pre``)."""
         return 2.0 * v - expand_time(self.kappa(t), x) * x
 
-    def em_step(self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float | torch.Tensor,
-                noise: torch.Tensor) -> torch.Tensor:
+    def em_step(
+        self, x: torch.Tensor, v: torch.Tensor, t: torch.Tensor, dt: float | torch.Tensor, noise: torch.Tensor
+    ) -> torch.Tensor:
         """Euler–Maruyama step ``x + dt (2 v - kappa x) + sqrt(dt) sigma(t) noise`` (AM's rollout)."""
         dt = torch.as_tensor(dt, dtype=torch.float64)
         dt = dt.expand(t.shape) if dt.dim() == 0 else dt
-        return (x + expand_time(dt, x) * self.drift(x, v, t)
-                + expand_time(torch.sqrt(dt) * self.sigma(t), x) * noise.to(x.dtype))
+        return (
+            x
+            + expand_time(dt, x) * self.drift(x, v, t)
+            + expand_time(torch.sqrt(dt) * self.sigma(t), x) * noise.to(x.dtype)
+        )
 
     # -- control parameterisation (docs/methods/eam.md#the-control-problem) --------------------------------------
     def control(self, v_finetuned: torch.Tensor, v_base: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ Time runs from data (sigma = 0) to noise (sigma = 1): ``x_sigma = (1 - sigma) x0
   floored at 1e-5 (lines 940-957);
 * ``L = c (r L+ + (1 - r) L-) / beta + kl_beta mean ||v - v_ref||^2`` per sample (lines 959-970).
 """
+
 from __future__ import annotations
 
 import torch
@@ -45,9 +46,18 @@ def _normalised_regression(x0_pred: torch.Tensor, x0: torch.Tensor) -> torch.Ten
     return _per_sample_mean((x0_pred - x0) ** 2 / w)
 
 
-def nft_loss(v: torch.Tensor, v_old: torch.Tensor, x0: torch.Tensor, xt: torch.Tensor, sigma: torch.Tensor,
-             r: torch.Tensor, beta: float, adv_clip_max: float, kl_beta: float = 0.0,
-             v_ref: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def nft_loss(
+    v: torch.Tensor,
+    v_old: torch.Tensor,
+    x0: torch.Tensor,
+    xt: torch.Tensor,
+    sigma: torch.Tensor,
+    r: torch.Tensor,
+    beta: float,
+    adv_clip_max: float,
+    kl_beta: float = 0.0,
+    v_ref: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-sample loss (B,) of the trained velocity ``v`` (differentiable) at noised latents ``xt`` of clean
     latents ``x0`` at noise levels ``sigma`` (B,); ``v_old`` / ``v_ref`` are the sampling and reference policies'
     velocities there (detached here). Returns the loss and detached statistics per sample."""

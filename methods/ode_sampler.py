@@ -3,6 +3,7 @@
 ``x_{i+1} = x_i + (t_{i+1} - t_i) v(x_i, t_i)`` on an increasing AM-time grid; with ``t = 1 - sigma`` this is
 exactly diffusers' ``FlowMatchEulerDiscreteScheduler`` step on the sigma grid (time shift included).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -19,8 +20,9 @@ def am_time_grid(schedule: str, num_steps: int, shift: float, backbone: Backbone
     return 1.0 - make_sigmas(schedule, num_steps, shift, backbone)
 
 
-def euler_ode(velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor,
-              ts: torch.Tensor) -> torch.Tensor:
+def euler_ode(
+    velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor, ts: torch.Tensor
+) -> torch.Tensor:
     """Integrate ``dx/dt = velocity(x, t)`` (``t`` passed per sample, (B,) float64) over the grid ``ts``."""
     b = x.shape[0]
     for i in range(ts.numel() - 1):

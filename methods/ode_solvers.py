@@ -17,6 +17,7 @@ grid does not depend on the solver. ``FlowMatchEulerDiscreteScheduler`` takes th
 (diffusers 0.42 lets neither take an arbitrary one), so their ``sigmas`` are replaced by the given grid after
 ``set_timesteps`` and stepping starts at index 0 (``set_begin_index``).
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -35,15 +36,24 @@ def make_solver(name: str, sigmas: torch.Tensor):
     if name == "euler":
         from diffusers import FlowMatchEulerDiscreteScheduler
 
-        solver = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)   # shift 1: grid as given
+        solver = FlowMatchEulerDiscreteScheduler(shift=1.0, use_dynamic_shifting=False)  # shift 1: grid as given
         solver.set_timesteps(sigmas=grid[:-1].numpy())
     else:
         from diffusers import DPMSolverMultistepScheduler, UniPCMultistepScheduler
 
-        flow = dict(prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=1.0, solver_order=2,
-                    lower_order_final=True, final_sigmas_type="zero")
-        solver = (DPMSolverMultistepScheduler(algorithm_type="dpmsolver++", **flow) if name == "dpmpp_2m"
-                  else UniPCMultistepScheduler(**flow))
+        flow = dict(
+            prediction_type="flow_prediction",
+            use_flow_sigmas=True,
+            flow_shift=1.0,
+            solver_order=2,
+            lower_order_final=True,
+            final_sigmas_type="zero",
+        )
+        solver = (
+            DPMSolverMultistepScheduler(algorithm_type="dpmsolver++", **flow)
+            if name == "dpmpp_2m"
+            else UniPCMultistepScheduler(**flow)
+        )
         solver.set_timesteps(n)
         solver.sigmas = grid.to(torch.float32)
         solver.timesteps = grid[:-1].to(torch.float32) * 1000.0
@@ -53,8 +63,9 @@ def make_solver(name: str, sigmas: torch.Tensor):
     return solver
 
 
-def solve(name: str, sigmas: torch.Tensor, velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-          x: torch.Tensor) -> torch.Tensor:
+def solve(
+    name: str, sigmas: torch.Tensor, velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], x: torch.Tensor
+) -> torch.Tensor:
     """Integrate ``dx/dsigma = velocity(x, sigma)`` from ``sigmas[0]`` to 0 with sampler ``name``; returns the final
     latents only. ``velocity`` receives the grid's sigma per sample, (B,) float64, never the solver's float32 copy."""
     solver = make_solver(name, sigmas)

@@ -14,6 +14,7 @@ parameters, and every FSDP module is resharded after each swap so no unsharded p
 survives it (the root group keeps its parameters gathered after a forward without gradients). Build it after
 :meth:`~models.backbone.Backbone.parallelize`, as the trainer builds methods.
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -11,6 +11,7 @@ kernel the log-prob is the unnormalised ``-mean ||x_{k+1} - mu||^2`` (docs/cps.m
 ``-lambda xi / D`` with ``lambda = 2 s |d mu / d v|``: the same identity, so the weights still equalise the samples'
 implicit step weights (an extension of the paper, which only uses the linear Wan kernel).
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,8 +35,9 @@ def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Te
     return -sde.velocity_coef(index) * sde.log_prob_precision(index) * std
 
 
-def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: torch.Tensor | None = None
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
+def rectification_weights(
+    inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-sample weights ``w = (1/lambda) / denominator`` for the samples of one optimizer update on this rank.
 
     Args:
@@ -51,7 +53,7 @@ def rectification_weights(inv_lambda: torch.Tensor, norm: str, pool_inv_lambda: 
     """
     if norm == "update":
         count = torch.tensor(float(inv_lambda.numel()), dtype=inv_lambda.dtype, device=inv_lambda.device)
-        totals = all_reduce_sum(torch.stack([inv_lambda.sum(), count]))   # on the rollout's device (NCCL-safe)
+        totals = all_reduce_sum(torch.stack([inv_lambda.sum(), count]))  # on the rollout's device (NCCL-safe)
         denom = totals[0] / totals[1]
     elif norm == "pool":
         if pool_inv_lambda is None:

@@ -1,4 +1,5 @@
 """Config of method=reinforce_grpo: Flow-GRPO's values (methods/flow_grpo_config.py); ``clip_range`` is unused."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -7,6 +7,7 @@ Two schedules exist in the baselines and both are kept on purpose:
 * ``scheduler`` (Flow-GRPO): the model family's diffusers scheduler, set up as the family's pipeline does; the
   backbone owns that grid (:meth:`models.backbone.Backbone.sigmas`, :mod:`models.sigma_grids`).
 """
+
 from __future__ import annotations
 
 import torch

@@ -6,6 +6,7 @@ diffusion coefficient ``g``; this module writes that step once, in the style of 
 Flow-GRPO's coefficient-preserving step (``noise_kernel="cps"``, docs/cps.md), which is not an Euler–Maruyama step
 and whose log-prob is not a normalised density.
 """
+
 from __future__ import annotations
 
 import math
@@ -133,16 +134,18 @@ class FlowSDEScheduler:
         """CPS noise std ``sigma_{i+1} sin(a pi / 2)`` (float64; ``std_dev_t`` in upstream)."""
         return self.sigmas.to(index.device)[index + 1] * math.sin(self.eta * math.pi / 2)
 
-    def _cps_coefs(self, index: torch.Tensor, stochastic: torch.Tensor | bool
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _cps_coefs(
+        self, index: torch.Tensor, stochastic: torch.Tensor | bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(1 - sigma_{i+1}, sqrt(sigma_{i+1}^2 - std^2), std)`` per sample in float64: the weights of ``x0_hat``
         and ``x1_hat`` in the CPS mean, and the noise std (0 on deterministic rows, whose weights are then Euler's)."""
         sigma_next = self.sigmas.to(index.device)[index + 1]
         std = self._cps_std(index) * torch.as_tensor(stochastic, device=index.device, dtype=torch.float64)
         return 1 - sigma_next, torch.sqrt(sigma_next**2 - std**2), std
 
-    def mean_std(self, sample: torch.Tensor, velocity: torch.Tensor, index: torch.Tensor,
-                 stochastic: torch.Tensor | bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def mean_std(
+        self, sample: torch.Tensor, velocity: torch.Tensor, index: torch.Tensor, stochastic: torch.Tensor | bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and std of ``x_{i+1} | x_i`` in fp32 (fp64 if the inputs are fp64). ``stochastic=False`` rows get
         ``g = 0``, i.e. exactly the ODE Euler step of diffusers' FlowMatchEulerDiscreteScheduler (for every kernel)."""
         dtype = torch.promote_types(velocity.dtype, torch.float32)
@@ -158,8 +161,15 @@ class FlowSDEScheduler:
         std = (g * torch.sqrt(-delta)).to(dtype)
         return mean, std
 
-    def _cps_mean_std(self, x: torch.Tensor, v: torch.Tensor, index: torch.Tensor, sigma: torch.Tensor,
-                      delta: torch.Tensor, stochastic: torch.Tensor | bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _cps_mean_std(
+        self,
+        x: torch.Tensor,
+        v: torch.Tensor,
+        index: torch.Tensor,
+        sigma: torch.Tensor,
+        delta: torch.Tensor,
+        stochastic: torch.Tensor | bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """The CPS mean in upstream's own form (predicted clean sample and noise re-mixed), Euler on deterministic
         rows (upstream's ``noise_level=0`` gives the same up to rounding)."""
         dtype = x.dtype
@@ -176,9 +186,15 @@ class FlowSDEScheduler:
             return cps_log_prob(prev_sample, mean)
         return gaussian_log_prob(prev_sample, mean, std)
 
-    def step(self, sample: torch.Tensor, velocity: torch.Tensor, index: torch.Tensor,
-             stochastic: torch.Tensor | bool = True, noise: torch.Tensor | None = None,
-             generator: torch.Generator | None = None) -> SDEStepOutput:
+    def step(
+        self,
+        sample: torch.Tensor,
+        velocity: torch.Tensor,
+        index: torch.Tensor,
+        stochastic: torch.Tensor | bool = True,
+        noise: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> SDEStepOutput:
         """One sampling step from ``x_i`` (``sample``) with predicted velocity ``velocity``.
 
         Args:
@@ -191,14 +207,17 @@ class FlowSDEScheduler:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         prev = mean + _expand(std, mean) * noise.to(mean.dtype)
         # CPS's log-prob stays defined where its std is 0 (the last step, sigma_N = 0), as upstream's
-        defined = (torch.as_tensor(stochastic, device=std.device).expand(std.shape) if self.noise_kernel == "cps"
-                   else std > 0)
-        log_prob = torch.where(defined, self._log_prob(prev, mean, torch.where(std > 0, std, 1.0)),
-                               torch.full_like(std, float("nan")))
+        defined = (
+            torch.as_tensor(stochastic, device=std.device).expand(std.shape) if self.noise_kernel == "cps" else std > 0
+        )
+        log_prob = torch.where(
+            defined, self._log_prob(prev, mean, torch.where(std > 0, std, 1.0)), torch.full_like(std, float("nan"))
+        )
         return SDEStepOutput(prev_sample=prev.to(sample.dtype), mean=mean, std=std, log_prob=log_prob)
 
-    def log_prob(self, prev_sample: torch.Tensor, sample: torch.Tensor, velocity: torch.Tensor,
-                 index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def log_prob(
+        self, prev_sample: torch.Tensor, sample: torch.Tensor, velocity: torch.Tensor, index: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Recompute ``(log pi(x_{i+1} | x_i), mean)`` for a stochastic step with a (possibly new) velocity."""
         mean, std = self.mean_std(sample, velocity, index, True)
         return self._log_prob(prev_sample, mean, std), mean

@@ -4,6 +4,7 @@ Iso-temporal grouping: all G rollouts of a prompt group share k* (so the group b
 same SDE timestep), while different groups get their own k*, so a batch covers many timesteps. k* is keyed by
 the group id, never by an accumulation round or a rank (the released 8-GPU script redraws it per round).
 """
+
 from __future__ import annotations
 
 import torch
@@ -35,8 +36,9 @@ def draw_sde_indices(n: int, pool: list[int], sampling: str, generator: torch.Ge
     raise ValueError(f"sde_index_sampling must be one of {', '.join(SdeIndexSampling)}, got {sampling!r}")
 
 
-def group_sde_indices(group_keys: list, pool: list[int], sampling: str, iso_temporal: bool,
-                      generator: torch.Generator) -> torch.Tensor:
+def group_sde_indices(
+    group_keys: list, pool: list[int], sampling: str, iso_temporal: bool, generator: torch.Generator
+) -> torch.Tensor:
     """k* of every row (B,): one draw per group id (``iso_temporal``) or one per row (the Fast1 ablation).
 
     Group ids must identify a group across ranks. Rank 0 draws for every group of the step and its table is used

@@ -12,6 +12,7 @@ Loss conventions (both methods, docs/methods/eam.md#loss-conventions): the squar
 over a sample's loss timesteps; the optional per-sample clip caps that loss at ``loss_clip * reward_scale^2`` (AM's
 LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the mean over samples.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,12 +47,17 @@ class SOCMethod(Method):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.method
-        errors.require(m.reward_scale > 0, "method.reward_scale", f"must be > 0 (got {m.reward_scale}); it is the "
-                       f"multiplier lambda of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for "
-                       f"PickScore)")
+        errors.require(
+            m.reward_scale > 0,
+            "method.reward_scale",
+            f"must be > 0 (got {m.reward_scale}); it is the "
+            f"multiplier lambda of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for "
+            f"PickScore)",
+        )
         errors.require(m.sigma_offset >= 0, "method.sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
-        errors.require(m.loss_clip >= 0, "method.loss_clip",
-                       f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip")
+        errors.require(
+            m.loss_clip >= 0, "method.loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip"
+        )
 
     @classmethod
     def needs_reference(cls, cfg: SOCConfig) -> bool:
@@ -82,14 +88,16 @@ class SOCMethod(Method):
     @torch.no_grad()
     def velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         """Fine-tuned velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
-        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk,
-                                self.velocity).to(x.dtype)
+        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk, self.velocity).to(
+            x.dtype
+        )
 
     @torch.no_grad()
     def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         """Frozen velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
-        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk,
-                                self.pretrained_velocity).to(x.dtype)
+        return chunked_velocity(
+            self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk, self.pretrained_velocity
+        ).to(x.dtype)
 
     # -- rollout helpers ----------------------------------------------------------------------------------------
     def expand_prompts(self, prompts: list[str]) -> tuple[list[str], list[int]]:
@@ -118,20 +126,22 @@ class SOCMethod(Method):
         rollout.rewards, rollout.images = rewards, images
         rollout.extras["reward_grad"] = grads
         norm = grads.flatten(1).norm(dim=1)
-        self._step_metrics = {"soc/reward_grad_norm": float(norm.mean()),
-                              "soc/scaled_reward_grad_norm": float(self.reward_scale * norm.mean())}
+        self._step_metrics = {
+            "soc/reward_grad_norm": float(norm.mean()),
+            "soc/scaled_reward_grad_norm": float(self.reward_scale * norm.mean()),
+        }
 
     # -- updates ------------------------------------------------------------------------------------------------
     def squared_norm(self, residual: torch.Tensor) -> torch.Tensor:
         """Per-row squared norm of a residual, summed (or averaged) over latent elements, in >= fp32."""
         r = residual.flatten(1).to(torch.promote_types(residual.dtype, torch.float32))
-        sq = (r ** 2).sum(1)
+        sq = (r**2).sum(1)
         return sq / r.shape[1] if self.cfg.loss_reduction == LossReduction.mean else sq
 
     def finish_loss(self, per_sample: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Clip per-sample losses, backpropagate their sum over ``update_size`` (the update's mean), return the
         trainer's statistic sums as device tensors."""
-        threshold = float(self.cfg.loss_clip) * self.reward_scale ** 2
+        threshold = float(self.cfg.loss_clip) * self.reward_scale**2
         clipped = torch.zeros_like(per_sample, dtype=torch.bool)
         loss = per_sample
         if threshold > 0:

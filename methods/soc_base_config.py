@@ -3,6 +3,7 @@
 Keys marked [R] are reconstructed or recommended where the papers could not be read; they are flags, and
 docs/methods/eam.md#what-is-reconstructed says which.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from methods.base_config import MethodConfig
 
 
 class LossReduction(StrEnum):
-    sum = "sum"     # the squared residual summed over latent elements
-    mean = "mean"   # ... averaged over them
+    sum = "sum"  # the squared residual summed over latent elements
+    mean = "mean"  # ... averaged over them
 
 
 @dataclass
@@ -21,11 +22,11 @@ class SOCConfig(MethodConfig):
     """Knobs shared by Adjoint Matching and EAM (no group statistics: B = prompts_per_step x group_size)."""
 
     group_size: int = 1
-    prompts_per_step: int = 40        # a batch of 40 trajectories
-    sampling_steps: int = 40          # K: AM's SDE rollout steps on t_k = k / K; EAM's grid for time_sampling=am_grid
-    reward_scale: float = 1.0e5       # lambda: the target is p_pre exp(lambda r). Sized for the CPU demo's colour
-                                      # reward in [0, 1]; sweep it per reward (AM's ImageReward example: 12500; for
-                                      # PickScore start from 1e2..1e4)
-    sigma_offset: float = 0.025       # h in sigma(t) = sqrt(2 (1 - t + h) / (t + h)), kappa = 1 / (t + h) (AM: 1/40)
-    loss_clip: float = 0.0            # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
+    prompts_per_step: int = 40  # a batch of 40 trajectories
+    sampling_steps: int = 40  # K: AM's SDE rollout steps on t_k = k / K; EAM's grid for time_sampling=am_grid
+    reward_scale: float = 1.0e5  # lambda: the target is p_pre exp(lambda r). Sized for the CPU demo's colour
+    # reward in [0, 1]; sweep it per reward (AM's ImageReward example: 12500; for
+    # PickScore start from 1e2..1e4)
+    sigma_offset: float = 0.025  # h in sigma(t) = sqrt(2 (1 - t + h) / (t + h)), kappa = 1 / (t + h) (AM: 1/40)
+    loss_clip: float = 0.0  # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
     loss_reduction: LossReduction = LossReduction.sum

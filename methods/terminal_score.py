@@ -14,6 +14,7 @@ EAM's corrected terminal cost needs the pretrained score at ``t = 1``, where the
 (The anchor ablation, a pretrained anchor at ``X_t`` instead of a terminal score, changes the regression target, so it
 lives in :mod:`methods.eam` as ``method.terminal_score=anchor``.)
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -38,7 +39,7 @@ def tweedie_shrink_score(velocity_pre: VelocityFn, x1: torch.Tensor, delta: floa
     tp = 1.0 - delta
     t = torch.full((x1.shape[0],), tp, dtype=torch.float64, device=x1.device)
     v = velocity_pre(tp * x1, t)
-    return (tp ** 2 / delta) * (v - x1)
+    return (tp**2 / delta) * (v - x1)
 
 
 def tweedie_naive_score(velocity_pre: VelocityFn, x1: torch.Tensor, delta: float) -> torch.Tensor:
@@ -54,5 +55,6 @@ def terminal_score(kind: str, velocity_pre: VelocityFn, x1: torch.Tensor, delta:
         return tweedie_shrink_score(velocity_pre, x1, delta)
     if kind == "tweedie_naive":
         return tweedie_naive_score(velocity_pre, x1, delta)
-    raise ValueError(f"unknown terminal score estimator {kind!r}; expected one of "
-                     f"{', '.join(TERMINAL_SCORE_ESTIMATORS)}")
+    raise ValueError(
+        f"unknown terminal score estimator {kind!r}; expected one of {', '.join(TERMINAL_SCORE_ESTIMATORS)}"
+    )

@@ -15,6 +15,7 @@ backbone does something else registers its own adapter, without touching the met
 
 The lookup walks the backbone's class hierarchy (most specific first), so subclasses inherit their family's adapter.
 """
+
 from __future__ import annotations
 
 import torch

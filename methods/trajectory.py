@@ -9,6 +9,7 @@ log-probs are recomputed from them, so they are never rounded), on the device or
 Reads look like indexing a ``(B, N + 1, *latent)`` tensor: ``trajectory[samples, index]`` with broadcastable long
 tensors, as :meth:`methods.grpo.GRPO.step_loss` does.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,11 +30,19 @@ def transition_states(steps: torch.Tensor | None, num_states: int) -> torch.Tens
 class Trajectory:
     """States of ``batch`` samples at ``num_states`` times, of which ``keep`` (B, num_states) bool are stored."""
 
-    def __init__(self, batch: int, num_states: int, state_shape: tuple[int, ...], dtype: torch.dtype,
-                 device: torch.device, keep: torch.Tensor | None = None, offload: bool = False):
+    def __init__(
+        self,
+        batch: int,
+        num_states: int,
+        state_shape: tuple[int, ...],
+        dtype: torch.dtype,
+        device: torch.device,
+        keep: torch.Tensor | None = None,
+        offload: bool = False,
+    ):
         keep = torch.ones(batch, num_states, dtype=torch.bool) if keep is None else keep.cpu()
         self.keep = keep
-        self.slot = torch.where(keep, keep.long().cumsum(1) - 1, -1)        # state -> column of self.states
+        self.slot = torch.where(keep, keep.long().cumsum(1) - 1, -1)  # state -> column of self.states
         self.device = torch.device(device)
         pin = offload and self.device.type == "cuda"
         store = torch.device("cpu") if pin else self.device
@@ -56,13 +65,15 @@ class Trajectory:
 
     def __getitem__(self, key) -> torch.Tensor:
         if not (isinstance(key, tuple) and len(key) == 2 and not any(isinstance(k, slice) for k in key)):
-            return self.full()[key]                      # plain tensor indexing when every state was kept
+            return self.full()[key]  # plain tensor indexing when every state was kept
         samples, index = (torch.as_tensor(k, dtype=torch.long) for k in key)
         samples, index = torch.broadcast_tensors(samples.cpu(), index.cpu())
         slots = self.slot[samples, index]
         if bool((slots < 0).any()):
-            raise KeyError("a trained transition reads a state the rollout did not keep: the method's "
-                           "select_train_steps disagrees with the steps it announced before sampling")
+            raise KeyError(
+                "a trained transition reads a state the rollout did not keep: the method's "
+                "select_train_steps disagrees with the steps it announced before sampling"
+            )
         dst = self.states.device
         return self.states[samples.to(dst), slots.to(dst)].to(self.device, non_blocking=True)
 

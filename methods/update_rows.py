@@ -8,6 +8,7 @@ loss is summed over its rows and back-propagated at once; the update's gradient 
 the packing, so it equals the row-at-a-time path (tests/test_update_batch.py), while FSDP2 gathers every block once
 per call instead of once per row and the launch and Python overhead is paid per call.
 """
+
 from __future__ import annotations
 
 import torch

@@ -17,6 +17,7 @@ gradients are on, and :func:`apply_activation_checkpointing` installs a function
 blocks (``torch.utils.checkpoint``, non-reentrant) and calls the others directly. Modules, parameter names and
 state dicts stay as they are (LoRA, FSDP2 sharding, DCP checkpoints and exports are unaffected).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -32,9 +33,12 @@ def check_activation_checkpointing(model_cfg: Any, errors: ConfigErrors) -> None
     """The checks of ``model.activation_checkpointing`` (its mode is an enum, checked when the config is composed)."""
     if model_cfg.activation_checkpointing == ActivationCheckpointing.every_k:
         k = model_cfg.activation_checkpointing_k
-        errors.require(k >= 1, "model.activation_checkpointing_k",
-                       f"must be >= 1 with model.activation_checkpointing=every_k (got {k}). Fix: "
-                       f"model.activation_checkpointing_k=2 (every second block; 1 is full)")
+        errors.require(
+            k >= 1,
+            "model.activation_checkpointing_k",
+            f"must be >= 1 with model.activation_checkpointing=every_k (got {k}). Fix: "
+            f"model.activation_checkpointing_k=2 (every second block; 1 is full)",
+        )
 
 
 def resolve_activation_checkpointing(mode: str) -> ActivationCheckpointing:
@@ -54,8 +58,9 @@ def checkpointed_blocks(n_blocks: int, mode: str, k: int = 2) -> list[int]:
     raise ValueError(f"unresolved activation checkpointing mode {mode!r}")
 
 
-def apply_activation_checkpointing(transformer: nn.Module, blocks: Sequence[nn.Module], mode: str,
-                                   k: int = 2) -> list[int]:
+def apply_activation_checkpointing(
+    transformer: nn.Module, blocks: Sequence[nn.Module], mode: str, k: int = 2
+) -> list[int]:
     """Checkpoint the ``blocks`` of ``transformer`` that ``mode`` (resolved) selects; returns their indices."""
     chosen = checkpointed_blocks(len(blocks), mode, k)
     if not chosen:

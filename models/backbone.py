@@ -4,6 +4,7 @@ A backbone owns the trainable transformer and its frozen companions (text encode
 form the transformer consumes (e.g. Flux's 2x2-packed tokens), so the SDE math and log-probs see exactly the
 tensor the model predicts for; ``decode`` undoes the packing.
 """
+
 from __future__ import annotations
 
 import abc
@@ -36,25 +37,28 @@ class PromptEmbeds:
             return self.entries
         return {k: v[self.rows.to(v.device)] for k, v in self.entries.items()}
 
-    def repeat_rows(self, repeats: int) -> "PromptEmbeds":
+    def repeat_rows(self, repeats: int) -> PromptEmbeds:
         """Each row ``repeats`` times in a row (``repeat_interleave``), without copying the conditioning."""
         rows = self.rows if self.rows is not None else torch.arange(len(self))
         return PromptEmbeds(self.entries, self.shared, rows.repeat_interleave(int(repeats)))
 
-    def select(self, index: torch.Tensor | list[int]) -> "PromptEmbeds":
+    def select(self, index: torch.Tensor | list[int]) -> PromptEmbeds:
         index = torch.as_tensor(index, dtype=torch.long)
         if self.rows is not None:
             index = self.rows[index.to(self.rows.device)]
         return PromptEmbeds({k: v[index.to(v.device)] for k, v in self.entries.items()}, self.shared)
 
     @staticmethod
-    def cat(items: list["PromptEmbeds"]) -> "PromptEmbeds":
+    def cat(items: list[PromptEmbeds]) -> PromptEmbeds:
         keys = items[0].entries.keys()
         return PromptEmbeds({k: torch.cat([it.tensors[k] for it in items]) for k in keys}, items[0].shared)
 
-    def to(self, device: torch.device | str) -> "PromptEmbeds":
-        return PromptEmbeds({k: v.to(device) for k, v in self.entries.items()},
-                            {k: v.to(device) for k, v in self.shared.items()}, self.rows)
+    def to(self, device: torch.device | str) -> PromptEmbeds:
+        return PromptEmbeds(
+            {k: v.to(device) for k, v in self.entries.items()},
+            {k: v.to(device) for k, v in self.shared.items()},
+            self.rows,
+        )
 
     def __len__(self) -> int:
         return len(self.rows) if self.rows is not None else next(iter(self.entries.values())).shape[0]

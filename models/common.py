@@ -6,6 +6,7 @@ A family adapter (``models/flux.py``, ``models/sd3.py``, ``models/qwenimage.py``
 :class:`DiffusersBackbone`, loads its components through :meth:`DiffusersBackbone._load`, and implements prompt
 encoding, the latent layout, the transformer call (timestep scale, packing) and decoding.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,7 +31,7 @@ from rewardflow.errors import ConfigError, ConfigErrors, require
 
 log = logging.getLogger(__name__)
 
-ADAPTER_NAME = "default"   # peft's adapter name for the trained LoRA
+ADAPTER_NAME = "default"  # peft's adapter name for the trained LoRA
 
 
 # ------------------------------------------------------------------------------------------------ device and dtype
@@ -63,8 +64,12 @@ def _offline() -> bool:
 
 def looks_like_hub_id(path: str) -> bool:
     """``org/name`` with no leading ``/``, ``.`` or ``~`` and no further slashes."""
-    return (not path.startswith(("/", ".", "~")) and path.count("/") == 1 and not path.endswith("/")
-            and not os.path.exists(path))
+    return (
+        not path.startswith(("/", ".", "~"))
+        and path.count("/") == 1
+        and not path.endswith("/")
+        and not os.path.exists(path)
+    )
 
 
 class ComponentLoader:
@@ -83,10 +88,12 @@ class ComponentLoader:
     def fetch_hint(self) -> str:
         repo = self.path if looks_like_hub_id(self.path) else self.hub_id
         local = f"/models/{repo.split('/')[-1]}"
-        return (f"Fix: download it once with network access, `hf download {repo} --local-dir {local}` "
-                f"(`huggingface-cli download ...` on older huggingface_hub), then set model.path={local}; or run "
-                f"once without HF_HUB_OFFLINE=1 so it lands in the HF cache "
-                f"(HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')}).")
+        return (
+            f"Fix: download it once with network access, `hf download {repo} --local-dir {local}` "
+            f"(`huggingface-cli download ...` on older huggingface_hub), then set model.path={local}; or run "
+            f"once without HF_HUB_OFFLINE=1 so it lands in the HF cache "
+            f"(HF_HOME={os.environ.get('HF_HOME', '~/.cache/huggingface')})."
+        )
 
     def missing(self, subfolders: Sequence[str]) -> list[str]:
         """Components that are certainly not available (local folder: absent; hub id: not cached while offline)."""
@@ -94,9 +101,9 @@ class ComponentLoader:
         if self.is_local:
             return [s for s in subfolders if not os.path.isfile(os.path.join(path, s, _marker(s)))]
         if not looks_like_hub_id(self.path):
-            return list(subfolders)                        # a folder that does not exist
+            return list(subfolders)  # a folder that does not exist
         if not _offline():
-            return []                                      # from_pretrained may download; failures are wrapped
+            return []  # from_pretrained may download; failures are wrapped
         from huggingface_hub import try_to_load_from_cache
 
         return [s for s in subfolders if not isinstance(try_to_load_from_cache(self.path, f"{s}/{_marker(s)}"), str)]
@@ -107,28 +114,36 @@ class ComponentLoader:
         if not missing:
             return
         if not self.is_local and not looks_like_hub_id(self.path):
-            raise ModelLoadError(f"model.path={self.path!r} is neither an existing folder nor a hub id "
-                                 f"(org/name) of a {self.family} checkpoint. {self.fetch_hint()}")
+            raise ModelLoadError(
+                f"model.path={self.path!r} is neither an existing folder nor a hub id "
+                f"(org/name) of a {self.family} checkpoint. {self.fetch_hint()}"
+            )
         where = "in the folder" if self.is_local else "in the local Hugging Face cache (HF_HUB_OFFLINE=1)"
-        raise ModelLoadError(f"model.path={self.path!r}: {self.family} component(s) {', '.join(missing)} not found "
-                             f"{where} (expected {', '.join(f'{m}/{_marker(m)}' for m in missing)}). "
-                             f"{self.fetch_hint()}")
+        raise ModelLoadError(
+            f"model.path={self.path!r}: {self.family} component(s) {', '.join(missing)} not found "
+            f"{where} (expected {', '.join(f'{m}/{_marker(m)}' for m in missing)}). "
+            f"{self.fetch_hint()}"
+        )
 
     def load(self, cls, subfolder: str, **kwargs):
         """``cls.from_pretrained(path, subfolder=...)`` with any loading failure turned into :class:`ModelLoadError`."""
         try:
             return cls.from_pretrained(os.path.expanduser(self.path), subfolder=subfolder, **kwargs)
-        except (OSError, ValueError, EnvironmentError) as e:
+        except (OSError, ValueError) as e:
             reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelLoadError(f"model.path={self.path!r}: cannot load the {self.family} component '{subfolder}' "
-                                 f"({cls.__name__}): {reason}. {self.fetch_hint()}") from e
+            raise ModelLoadError(
+                f"model.path={self.path!r}: cannot load the {self.family} component '{subfolder}' "
+                f"({cls.__name__}): {reason}. {self.fetch_hint()}"
+            ) from e
 
     def load_config(self, cls, subfolder: str) -> dict:
         try:
             return cls.load_config(os.path.expanduser(self.path), subfolder=subfolder)
-        except (OSError, ValueError, EnvironmentError) as e:
-            raise ModelLoadError(f"model.path={self.path!r}: cannot read the {self.family} '{subfolder}' config: "
-                                 f"{e}. {self.fetch_hint()}") from e
+        except (OSError, ValueError) as e:
+            raise ModelLoadError(
+                f"model.path={self.path!r}: cannot read the {self.family} '{subfolder}' config: "
+                f"{e}. {self.fetch_hint()}"
+            ) from e
 
 
 # --------------------------------------------------------------------------------------------------- prompt cache
@@ -150,8 +165,9 @@ class PromptCache:
     def __contains__(self, prompt: str) -> bool:
         return prompt in self._items
 
-    def get(self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
-            ) -> list[dict[str, torch.Tensor]]:
+    def get(
+        self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
+    ) -> list[dict[str, torch.Tensor]]:
         """Entries for ``prompts`` (duplicates allowed); ``encode`` is called once with the uncached unique ones."""
         found = {p: self._items[p] for p in dict.fromkeys(prompts) if p in self._items}
         missing = [p for p in dict.fromkeys(prompts) if p not in found]
@@ -175,8 +191,9 @@ def check_update_path(m: Any, errors: ConfigErrors) -> None:
     check_activation_checkpointing(m, errors)
     if m.compile:
         reason = compile_unavailable_reason(resolve_device(m.device))
-        errors.require(reason is None, "model.compile", f"true needs torch.compile's inductor: {reason}. Fix: "
-                       f"model.compile=false")
+        errors.require(
+            reason is None, "model.compile", f"true needs torch.compile's inductor: {reason}. Fix: model.compile=false"
+        )
 
 
 # ------------------------------------------------------------------------------------------------ the base class
@@ -213,20 +230,29 @@ class DiffusersBackbone(FrozenReference, Backbone):
         k = cls.image_size_multiple
         for key in ("height", "width"):
             value = getattr(m, key)
-            errors.require(value > 0 and value % k == 0, f"model.{key}", f"must be a positive multiple of {k} for "
-                           f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
-                           f"model.{key}={max(k, round(value / k) * k)}")
-        errors.require(m.max_sequence_length >= 1, "model.max_sequence_length",
-                       f"must be >= 1 (got {m.max_sequence_length})")
-        errors.require(m.dtype not in (Dtype.float64, Dtype.fp64), "model.dtype",
-                       f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
-                       f"GPU, fp32 on the CPU)")
-        if m.path is not None:      # a tiny twin's null path: the twin is built into its cache
+            errors.require(
+                value > 0 and value % k == 0,
+                f"model.{key}",
+                f"must be a positive multiple of {k} for "
+                f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
+                f"model.{key}={max(k, round(value / k) * k)}",
+            )
+        errors.require(
+            m.max_sequence_length >= 1, "model.max_sequence_length", f"must be >= 1 (got {m.max_sequence_length})"
+        )
+        errors.require(
+            m.dtype not in (Dtype.float64, Dtype.fp64),
+            "model.dtype",
+            f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
+            f"GPU, fp32 on the CPU)",
+        )
+        if m.path is not None:  # a tiny twin's null path: the twin is built into its cache
             with errors.collect():
                 ComponentLoader(m.path, cls.family, cls.hub_id).check(cls.components)
         if m.finetune == Finetune.lora:
-            errors.require(m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora "
-                           f"(got {m.lora_rank})")
+            errors.require(
+                m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora (got {m.lora_rank})"
+            )
         check_update_path(m, errors)
 
     # -- construction -------------------------------------------------------------------------------------------
@@ -248,22 +274,25 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self.reference_dtype = torch_dtype(cfg.reference_dtype, self.device.type)
         self.base_sharding = cfg.base_sharding
         self.loader = ComponentLoader(self.path, self.family, self.hub_id)
-        self.loader.check(components)                         # every missing piece named before anything loads
+        self.loader.check(components)  # every missing piece named before anything loads
         self.offload_text_encoders = self.text_encoders != TextEncoders.device and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
         self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        self._precomputed = None                              # models.text_cache.PrecomputedText, once loaded
-        self._sharded_startup = sharded_startup_enabled()     # built on meta; parallelize() loads the shards
+        self._precomputed = None  # models.text_cache.PrecomputedText, once loaded
+        self._sharded_startup = sharded_startup_enabled()  # built on meta; parallelize() loads the shards
         self._materialized = not self._sharded_startup
 
     def _require_image_size(self, multiple: int) -> None:
         """The loaded checkpoint's own size rule (its VAE may differ from the published one ``check`` assumes)."""
         for key in ("height", "width"):
             value = getattr(self, key)
-            require(value % multiple == 0, f"model.{key}",
-                    f"must be a multiple of {multiple} for the VAE of model.path={self.path!r} (got {value})")
+            require(
+                value % multiple == 0,
+                f"model.{key}",
+                f"must be a multiple of {multiple} for the VAE of model.path={self.path!r} (got {value})",
+            )
 
     def _load(self, cls, subfolder: str, **kwargs):
         return self.loader.load(cls, subfolder, **kwargs)
@@ -298,8 +327,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self._configure_finetune(keep_reference)
         k = self.cfg.activation_checkpointing_k
         self.activation_checkpointing = resolve_activation_checkpointing(self.cfg.activation_checkpointing)
-        self.checkpointed_blocks = apply_activation_checkpointing(self.transformer, self.transformer_blocks(),
-                                                                  self.activation_checkpointing, k)
+        self.checkpointed_blocks = apply_activation_checkpointing(
+            self.transformer, self.transformer_blocks(), self.activation_checkpointing, k
+        )
         self.compiled = bool(self.cfg.compile)
         if self.compiled:
             compile_blocks([b for m in self.transformer_modules() for b in self.transformer_blocks(m)], self.device)
@@ -319,18 +349,25 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
             self.transformer.requires_grad_(False)
             try:
-                self.transformer.add_adapter(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                                                        init_lora_weights="gaussian",
-                                                        target_modules=list(cfg.lora_targets)),
-                                             adapter_name=ADAPTER_NAME)
+                self.transformer.add_adapter(
+                    LoraConfig(
+                        r=cfg.lora_rank,
+                        lora_alpha=cfg.lora_alpha,
+                        init_lora_weights="gaussian",
+                        target_modules=list(cfg.lora_targets),
+                    ),
+                    adapter_name=ADAPTER_NAME,
+                )
             except ValueError as e:
-                raise ConfigError(f"model.lora_targets={list(cfg.lora_targets)} match no module of "
-                                  f"{type(self.transformer).__name__} ({e})") from None
-            for _, layer in lora_layers(self.transformer):     # adapters and their optimizer state in fp32
+                raise ConfigError(
+                    f"model.lora_targets={list(cfg.lora_targets)} match no module of "
+                    f"{type(self.transformer).__name__} ({e})"
+                ) from None
+            for _, layer in lora_layers(self.transformer):  # adapters and their optimizer state in fp32
                 for p in layer.parameters():
                     if p.requires_grad:
                         p.data = p.data.float()
-            if self._materialized:   # seeded as the sharded start-up seeds them (models/sharded_load.py)
+            if self._materialized:  # seeded as the sharded start-up seeds them (models/sharded_load.py)
                 self._load_adapters(initial_adapter_state(self.transformer, ADAPTER_NAME, torch.initial_seed()))
         else:
             self.transformer.requires_grad_(True)
@@ -343,7 +380,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     @property
     def latent_shape(self) -> tuple[int, ...]:
-        return self._latent_shape          # set by each family's constructor
+        return self._latent_shape  # set by each family's constructor
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
@@ -356,8 +393,13 @@ class DiffusersBackbone(FrozenReference, Backbone):
     def pipeline_kwargs(self) -> dict:
         """Arguments of the family's diffusers pipeline call that sample as this backbone is set up (size, text
         length, guidance): ``backbone.pipe(prompts, **backbone.pipeline_kwargs())``."""
-        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
-                    guidance_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
+        return dict(
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            guidance_scale=self.guidance_scale,
+            negative_prompt=self.negative_prompt,
+        )
 
     @property
     def do_cfg(self) -> bool:
@@ -370,9 +412,11 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     def _check_ready(self) -> None:
         if not self._materialized:
-            raise RuntimeError(f"{type(self).__name__} was built on the meta device (a process group of several "
-                               f"ranks): call backbone.parallelize(mesh) before using it (it loads each rank's "
-                               f"shards)")
+            raise RuntimeError(
+                f"{type(self).__name__} was built on the meta device (a process group of several "
+                f"ranks): call backbone.parallelize(mesh) before using it (it loads each rank's "
+                f"shards)"
+            )
 
     # -- text conditioning --------------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -380,8 +424,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         """Text encoders on the model's device for the duration of one encoding call (offload: back to the CPU
         afterwards, and the accelerator's cache emptied)."""
         if self._text_encoders is None:
-            raise RuntimeError("the text encoders were released (release_text_encoders()); only cached prompts can "
-                               "be encoded")
+            raise RuntimeError(
+                "the text encoders were released (release_text_encoders()); only cached prompts can be encoded"
+            )
         if not self.offload_text_encoders:
             yield
             return
@@ -405,20 +450,23 @@ class DiffusersBackbone(FrozenReference, Backbone):
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def _run_encoders(self, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]], prompts: list[str]
-                      ) -> list[dict[str, torch.Tensor]]:
+    def _run_encoders(
+        self, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]], prompts: list[str]
+    ) -> list[dict[str, torch.Tensor]]:
         """``encode(prompts)``, or their precomputed entries once :meth:`precompute_text` has run."""
         if self._precomputed is not None:
             return self._precomputed.lookup(prompts)
         with torch.no_grad(), self._text_encoders_ready():
             return encode(prompts)
 
-    def _encode_cached(self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
-                       ) -> list[dict[str, torch.Tensor]]:
+    def _encode_cached(
+        self, prompts: list[str], encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
+    ) -> list[dict[str, torch.Tensor]]:
         return self._prompt_cache.get(list(prompts), lambda missing: self._run_encoders(encode, missing))
 
-    def _negative(self, prompt: str, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
-                  ) -> dict[str, torch.Tensor]:
+    def _negative(
+        self, prompt: str, encode: Callable[[list[str]], list[dict[str, torch.Tensor]]]
+    ) -> dict[str, torch.Tensor]:
         """Conditioning of the negative prompt, encoded once and kept on the model's device."""
         if prompt not in self._neg_cache:
             entry = self._run_encoders(encode, [prompt])[0]
@@ -435,25 +483,45 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
         wanted = list(prompts) + ([self.negative_prompt] if self.do_cfg else [])
         encoders = ["text_encoder", "text_encoder_2", "text_encoder_3"]
-        model = {"family": self.family, "path": self.path,
-                 "text_encoders": (text_encoder_fingerprint(Path(os.path.expanduser(self.path)), encoders)
-                                   if self.loader.is_local else None)}
-        settings = {"max_sequence_length": getattr(self, "max_sequence_length", None), "dtype": str(self.dtype),
-                    "backbone": type(self).__name__}
+        model = {
+            "family": self.family,
+            "path": self.path,
+            "text_encoders": (
+                text_encoder_fingerprint(Path(os.path.expanduser(self.path)), encoders)
+                if self.loader.is_local
+                else None
+            ),
+        }
+        settings = {
+            "max_sequence_length": getattr(self, "max_sequence_length", None),
+            "dtype": str(self.dtype),
+            "backbone": type(self).__name__,
+        }
         root = Path(cache_dir) if cache_dir else default_cache_dir() / "text"
         key = f"{self.name}-{cache_key(model, settings, wanted)}"
-        store, reused = build_or_load(root, key, wanted, lambda batch: self._run_encoders(self._encode, batch),
-                                      current_world())
+        store, reused = build_or_load(
+            root, key, wanted, lambda batch: self._run_encoders(self._encode, batch), current_world()
+        )
         self._precomputed = store
         self.release_text_encoders()
-        log.info("text conditioning of %d prompts %s %s; text encoders freed", len(store),
-                 "read from" if reused else "precomputed into", store.folder)
+        log.info(
+            "text conditioning of %d prompts %s %s; text encoders freed",
+            len(store),
+            "read from" if reused else "precomputed into",
+            store.folder,
+        )
         return reused
 
     # -- guidance ----------------------------------------------------------------------------------------------
-    def guided_velocity(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
-                        uncond: dict[str, torch.Tensor | None], renorm_dim: int | None = None,
-                        **shared: object) -> torch.Tensor:
+    def guided_velocity(
+        self,
+        latents: torch.Tensor,
+        timestep: torch.Tensor,
+        cond: dict[str, torch.Tensor],
+        uncond: dict[str, torch.Tensor | None],
+        renorm_dim: int | None = None,
+        **shared: object,
+    ) -> torch.Tensor:
         """The transformer's fp32 prediction for ``latents`` at ``timestep`` (the family's time input), with true
         classifier-free guidance when :attr:`do_cfg`: ONE forward over the rows ``[uncond, cond]`` (``uncond``: the
         negative prompt's tensors, each of batch 1, broadcast to the batch; the same keys as ``cond``) combined by
@@ -472,8 +540,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return self.cfg_combine(v_u, v_c, self.guidance_scale, renorm_dim)
 
     @staticmethod
-    def cfg_combine(v_uncond: torch.Tensor, v_cond: torch.Tensor, scale: float,
-                    renorm_dim: int | None = None) -> torch.Tensor:
+    def cfg_combine(
+        v_uncond: torch.Tensor, v_cond: torch.Tensor, scale: float, renorm_dim: int | None = None
+    ) -> torch.Tensor:
         """``v_u + w (v_c - v_u)``; with ``renorm_dim`` the result is rescaled to the conditional prediction's norm
         along that dim (Qwen-Image's pipeline does this per token)."""
         v = v_uncond + scale * (v_cond - v_uncond)
@@ -506,8 +575,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
         return parallelize_blocks(module, transformer_blocks(module, cls.block_attrs), mesh, **kwargs)
 
-    def parallelize(self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True,
-                    mp_policy=None) -> None:
+    def parallelize(
+        self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True, mp_policy=None
+    ) -> None:
         """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
         (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
         ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and
@@ -519,7 +589,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
         from models.sharded_load import lora_layers
 
-        ac = bool(activation_checkpointing)      # None: as model.activation_checkpointing set it at construction
+        ac = bool(activation_checkpointing)  # None: as model.activation_checkpointing set it at construction
         replicated: set[nn.Parameter] = set()
         if self.finetune == Finetune.lora and self.base_sharding == BaseSharding.replicate:
             adapters = {p for _, layer in lora_layers(self.transformer) for p in layer.parameters() if p.requires_grad}
@@ -527,9 +597,14 @@ class DiffusersBackbone(FrozenReference, Backbone):
         for module in self.transformer_modules():
             is_ref = module is self._reference_model
             policy = MixedPrecisionPolicy(param_dtype=self.dtype) if is_ref and mp_policy is None else mp_policy
-            self.shard_transformer(module, mesh, mp_policy=policy, reshard_after_forward=reshard_after_forward,
-                                   activation_checkpointing=ac and module is self.transformer,
-                                   ignored_params=replicated if module is self.transformer else None)
+            self.shard_transformer(
+                module,
+                mesh,
+                mp_policy=policy,
+                reshard_after_forward=reshard_after_forward,
+                activation_checkpointing=ac and module is self.transformer,
+                ignored_params=replicated if module is self.transformer else None,
+            )
         if not self._materialized:
             self._load_shards()
         self._materialized = True
@@ -538,8 +613,8 @@ class DiffusersBackbone(FrozenReference, Backbone):
     def _load_shards(self) -> None:
         """Each rank reads its shards of the policy (and reference) from the transformer's safetensors files; LoRA
         adapters are drawn from rank 0's seed, as the single-process path draws them."""
-        from rewardflow.distributed import broadcast_object
         from models.sharded_load import initial_adapter_state, materialize_and_load, weights_folder
+        from rewardflow.distributed import broadcast_object
 
         folder = weights_folder(self.path, self._transformer_subfolder, self.loader.is_local)
         for module in self.transformer_modules():
@@ -585,17 +660,25 @@ class DiffusersBackbone(FrozenReference, Backbone):
             state, meta = self._lora_state_dict(), self._lora_metadata()
             if rank == 0:
                 out.mkdir(parents=True, exist_ok=True)
-                type(self.pipe).save_lora_weights(out, transformer_lora_layers=state,
-                                                  transformer_lora_adapter_metadata=meta)
+                type(self.pipe).save_lora_weights(
+                    out, transformer_lora_layers=state, transformer_lora_adapter_metadata=meta
+                )
         else:
             state = self._full_state_dict()
             if rank == 0:
                 self._write_transformer(out / "transformer", state)
         if rank == 0:
-            info = {"family": self.family, "backbone": type(self).__name__, "base_model": self.path,
-                    "finetune": self.finetune,
-                    "load_with": ("pipe.load_lora_weights(dir)" if self.finetune == "lora" else
-                                  f"{self._transformer_cls.__name__}.from_pretrained(dir, subfolder='transformer')")}
+            info = {
+                "family": self.family,
+                "backbone": type(self).__name__,
+                "base_model": self.path,
+                "finetune": self.finetune,
+                "load_with": (
+                    "pipe.load_lora_weights(dir)"
+                    if self.finetune == "lora"
+                    else f"{self._transformer_cls.__name__}.from_pretrained(dir, subfolder='transformer')"
+                ),
+            }
             (out / "rewardflow_export.json").write_text(json.dumps(info, indent=2) + "\n")
         return out
 
@@ -612,8 +695,12 @@ class DiffusersBackbone(FrozenReference, Backbone):
         config = {k: v for k, v in dict(self.transformer.config).items() if not k.startswith("_")}
         config = {"_class_name": self._transformer_cls.__name__, "_diffusers_version": diffusers_version, **config}
         (folder / "config.json").write_text(json.dumps(_jsonable(config), indent=2, sort_keys=True) + "\n")
-        save_torch_state_dict({k: v.contiguous() for k, v in state.items()}, folder,
-                              filename_pattern="diffusion_pytorch_model{suffix}.safetensors", max_shard_size="10GB")
+        save_torch_state_dict(
+            {k: v.contiguous() for k, v in state.items()},
+            folder,
+            filename_pattern="diffusion_pytorch_model{suffix}.safetensors",
+            max_shard_size="10GB",
+        )
 
 
 def _jsonable(value):

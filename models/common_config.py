@@ -1,4 +1,5 @@
 """The config fields every diffusers family shares (:class:`models.common.DiffusersBackbone`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,37 +17,39 @@ class ActivationCheckpointing(StrEnum):
     """Which transformer blocks keep only their inputs and run their forward again in the backward
     (docs/performance.md#activation-checkpointing)."""
 
-    none = "none"         # every block keeps its activations: fastest, most memory
-    full = "full"         # every block is checkpointed
-    every_k = "every_k"   # one block of every model.activation_checkpointing_k consecutive blocks
-    auto = "auto"         # full, until a memory planner picks the cheapest setting that fits
+    none = "none"  # every block keeps its activations: fastest, most memory
+    full = "full"  # every block is checkpointed
+    every_k = "every_k"  # one block of every model.activation_checkpointing_k consecutive blocks
+    auto = "auto"  # full, until a memory planner picks the cheapest setting that fits
+
+
 class TextEncoders(StrEnum):
-    offload = "offload"         # host memory, on the GPU only while encoding prompts not cached yet
-    device = "device"           # always on the GPU
-    precompute = "precompute"   # the prompt set encoded once at start into an on-disk cache, the encoders freed
+    offload = "offload"  # host memory, on the GPU only while encoding prompts not cached yet
+    device = "device"  # always on the GPU
+    precompute = "precompute"  # the prompt set encoded once at start into an on-disk cache, the encoders freed
 
 
 class BaseSharding(StrEnum):
-    shard = "shard"             # the frozen LoRA base divided across ranks (FSDP2)
-    replicate = "replicate"     # whole on every rank: no all-gather per forward
+    shard = "shard"  # the frozen LoRA base divided across ranks (FSDP2)
+    replicate = "replicate"  # whole on every rank: no all-gather per forward
 
 
 @dataclass
 class DiffusersModelConfig(ModelConfig):
-    path: Optional[str] = MISSING     # hub id or a local folder laid out like the family's diffusers repository
-    height: int = 512                 # image size in pixels
+    path: Optional[str] = MISSING  # hub id or a local folder laid out like the family's diffusers repository
+    height: int = 512  # image size in pixels
     width: int = 512
-    max_sequence_length: int = MISSING   # text tokens
+    max_sequence_length: int = MISSING  # text tokens
     lora_rank: int = 32
     lora_alpha: float = 64.0
-    lora_targets: list[str] = MISSING    # module names the LoRA adapter wraps
+    lora_targets: list[str] = MISSING  # module names the LoRA adapter wraps
     activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.auto
-    activation_checkpointing_k: int = 2   # every_k: one block of every k consecutive blocks is checkpointed
-    compile: bool = False             # torch.compile every transformer block (docs/performance.md#compiled-blocks)
-    device: Device = Device.auto      # auto: cuda if available, else cpu
-    allow_cpu: bool = False           # a real family on the CPU takes hours per step: refused unless true
-    dtype: Dtype = Dtype.auto         # compute dtype of the forward (the transformer keeps fp32 master weights)
-    prompt_cache_size: Optional[int] = 4096   # prompts whose text embeddings are cached (LRU); null = unbounded
-    text_encoders: TextEncoders = TextEncoders.offload   # where the text encoders live (docs/memory.md)
-    reference_dtype: Dtype = Dtype.bfloat16   # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
-    base_sharding: BaseSharding = BaseSharding.shard   # LoRA: the frozen base across ranks (docs/memory.md)
+    activation_checkpointing_k: int = 2  # every_k: one block of every k consecutive blocks is checkpointed
+    compile: bool = False  # torch.compile every transformer block (docs/performance.md#compiled-blocks)
+    device: Device = Device.auto  # auto: cuda if available, else cpu
+    allow_cpu: bool = False  # a real family on the CPU takes hours per step: refused unless true
+    dtype: Dtype = Dtype.auto  # compute dtype of the forward (the transformer keeps fp32 master weights)
+    prompt_cache_size: Optional[int] = 4096  # prompts whose text embeddings are cached (LRU); null = unbounded
+    text_encoders: TextEncoders = TextEncoders.offload  # where the text encoders live (docs/memory.md)
+    reference_dtype: Dtype = Dtype.bfloat16  # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
+    base_sharding: BaseSharding = BaseSharding.shard  # LoRA: the frozen base across ranks (docs/memory.md)

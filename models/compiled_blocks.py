@@ -7,6 +7,7 @@ parameter names, hooks and state dict, so LoRA adapters, activation checkpointin
 exports see the same model. The first calls at each new row count compile (minutes on a CPU, seconds to a minute
 on a GPU); shapes then mark themselves dynamic.
 """
+
 from __future__ import annotations
 
 import shutil

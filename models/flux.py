@@ -5,6 +5,7 @@ Conventions pinned by tests: the transformer takes sigma in [0, 1] and multiplie
 2x2-packed tokens; FLUX.1-dev is guidance-distilled, so guidance goes through the ``guidance`` embedding (no CFG);
 the pipeline's sigma grid is ``linspace(1, 1/N, N)`` with the resolution-dependent (dynamic) shift of its scheduler.
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,7 +36,7 @@ class FluxBackbone(DiffusersBackbone):
     hub_id = "black-forest-labs/FLUX.1-dev"
     components = FLUX_COMPONENTS
     block_attrs = ("transformer_blocks", "single_transformer_blocks")
-    guidance_attr = "guidance"        # distilled guidance, embedded (FLUX.1-dev has no CFG)
+    guidance_attr = "guidance"  # distilled guidance, embedded (FLUX.1-dev has no CFG)
 
     def __init__(self, cfg: FluxModelConfig, keep_reference: bool = False):
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
@@ -48,11 +49,14 @@ class FluxBackbone(DiffusersBackbone):
         self.scheduler = self._load(FlowMatchEulerDiscreteScheduler, "scheduler")
         # The pipeline object is only a holder for diffusers' own prompt-encoding and packing code.
         self.pipe = FluxPipeline(
-            scheduler=self.scheduler, vae=self.vae, transformer=self.transformer,
+            scheduler=self.scheduler,
+            vae=self.vae,
+            transformer=self.transformer,
             text_encoder=self._load_frozen(CLIPTextModel, "text_encoder"),
             text_encoder_2=self._load_frozen(T5EncoderModel, "text_encoder_2"),
             tokenizer=self._load(CLIPTokenizer, "tokenizer"),
-            tokenizer_2=self._load(T5TokenizerFast, "tokenizer_2"))
+            tokenizer_2=self._load(T5TokenizerFast, "tokenizer_2"),
+        )
         sf = self.pipe.vae_scale_factor
         self._require_image_size(2 * sf)
         self._init_training(keep_reference, [self.pipe.text_encoder, self.pipe.text_encoder_2], self.vae)
@@ -60,13 +64,15 @@ class FluxBackbone(DiffusersBackbone):
         self._lat_h, self._lat_w = 2 * (height // (sf * 2)), 2 * (width // (sf * 2))
         c = self.transformer.config.in_channels
         self._latent_shape = ((self._lat_h // 2) * (self._lat_w // 2), c)
-        self._img_ids = FluxPipeline._prepare_latent_image_ids(1, self._lat_h // 2, self._lat_w // 2,
-                                                               self.device, self.dtype)
+        self._img_ids = FluxPipeline._prepare_latent_image_ids(
+            1, self._lat_h // 2, self._lat_w // 2, self.device, self.dtype
+        )
 
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
-        embeds, pooled, _ = self.pipe.encode_prompt(prompts, prompt_2=None, device=self.device,
-                                                    max_sequence_length=self.max_sequence_length)
+        embeds, pooled, _ = self.pipe.encode_prompt(
+            prompts, prompt_2=None, device=self.device, max_sequence_length=self.max_sequence_length
+        )
         return [{"prompt_embeds": embeds[i], "pooled": pooled[i]} for i in range(len(prompts))]
 
     def encode_prompts(self, prompts: list[str]) -> PromptEmbeds:
@@ -86,18 +92,28 @@ class FluxBackbone(DiffusersBackbone):
             guidance = torch.full((b,), self.guidance, device=self.device, dtype=torch.float32)
         t = self.model_timestep(sigma.to(latents.dtype))
         with self._autocast():
-            out = model(hidden_states=latents, timestep=t, guidance=guidance,
-                        pooled_projections=embeds.tensors["pooled"],
-                        encoder_hidden_states=embeds.tensors["prompt_embeds"],
-                        txt_ids=embeds.shared["txt_ids"], img_ids=self._img_ids, return_dict=False)[0]
+            out = model(
+                hidden_states=latents,
+                timestep=t,
+                guidance=guidance,
+                pooled_projections=embeds.tensors["pooled"],
+                encoder_hidden_states=embeds.tensors["prompt_embeds"],
+                txt_ids=embeds.shared["txt_ids"],
+                img_ids=self._img_ids,
+                return_dict=False,
+            )[0]
         return out.float()
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
-        return sigma                          # FluxTransformer2DModel multiplies by 1000 itself
+        return sigma  # FluxTransformer2DModel multiplies by 1000 itself
 
     def pipeline_kwargs(self) -> dict:
-        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
-                    guidance_scale=self.guidance)
+        return dict(
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            guidance_scale=self.guidance,
+        )
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         from diffusers import FluxPipeline

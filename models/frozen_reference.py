@@ -1,6 +1,7 @@
 """The frozen reference policy of a fine-tuned backbone (KL terms, the adjoint methods' base velocity): in LoRA mode
 the same transformer with its adapters switched off, not a second copy; in full mode a frozen copy, kept only when
 the method needs one."""
+
 from __future__ import annotations
 
 import contextlib

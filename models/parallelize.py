@@ -6,6 +6,7 @@ Frozen encoders (text encoders, VAE) are never passed here: they stay replicated
 LoRA adapters must be added *before* sharding (docs/development.md#fsdp2-on-the-cpu); FSDP2 handles frozen and
 trainable parameters mixed in one group.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -15,7 +16,6 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-
 
 # diffusers blocks return views; FSDP2 warns about in-place ops on them, which these models never do
 # (docs/development.md#fsdp2-on-the-cpu)
@@ -34,10 +34,15 @@ def transformer_blocks(model: nn.Module, block_attrs: Iterable[str]) -> list[nn.
     return [block for attr in block_attrs for block in getattr(model, attr)]
 
 
-def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: DeviceMesh,
-                       mp_policy: MixedPrecisionPolicy | None = None, reshard_after_forward: bool = True,
-                       activation_checkpointing: bool = False,
-                       ignored_params: set[nn.Parameter] | None = None) -> nn.Module:
+def parallelize_blocks(
+    model: nn.Module,
+    blocks: Iterable[nn.Module],
+    mesh: DeviceMesh,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    reshard_after_forward: bool = True,
+    activation_checkpointing: bool = False,
+    ignored_params: set[nn.Parameter] | None = None,
+) -> nn.Module:
     """Shard every block in ``blocks`` as its own FSDP unit, then the root (which holds everything else).
     ``ignored_params`` stay whole on every rank (a replicated frozen LoRA base: no all-gather per forward)."""
     if activation_checkpointing:
@@ -47,8 +52,13 @@ def parallelize_blocks(model: nn.Module, blocks: Iterable[nn.Module], mesh: Devi
     mp_policy = mp_policy or mixed_precision_policy(mesh.device_type)
     ignored = ignored_params or set()
     for block in [*blocks, model]:
-        fully_shard(block, mesh=mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward,
-                    ignored_params=ignored.intersection(block.parameters()) or None)
+        fully_shard(
+            block,
+            mesh=mesh,
+            mp_policy=mp_policy,
+            reshard_after_forward=reshard_after_forward,
+            ignored_params=ignored.intersection(block.parameters()) or None,
+        )
     return model
 
 

@@ -6,6 +6,7 @@ The limits are the pipeline's: CLIP tokenizers keep ``model_max_length`` (77) to
 UMT5, Qwen2.5-VL) keeps ``model.max_sequence_length``. Qwen-Image wraps the prompt in a chat template first, so its
 count is of the prompt alone (the template adds a few tokens).
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -39,9 +40,10 @@ def truncation_warning(backbone, prompts: Sequence[str], model_option: str) -> s
         lengths = [len(ids) for ids in tokenizer(long, truncation=False)["input_ids"]]
         over = [n for n in lengths if n > limit]
         if over:
-            parts.append(f"{label}: {len(over)} of {len(unique)} prompts are cut (the longest has {max(over)} "
-                         f"tokens)")
+            parts.append(f"{label}: {len(over)} of {len(unique)} prompts are cut (the longest has {max(over)} tokens)")
     if not parts:
         return None
-    return (f"model={model_option}: some prompts are longer than the text encoders take and are truncated: "
-            f"{'; '.join(parts)}. Shorten them, or raise model.max_sequence_length where the family allows it")
+    return (
+        f"model={model_option}: some prompts are longer than the text encoders take and are truncated: "
+        f"{'; '.join(parts)}. Shorten them, or raise model.max_sequence_length where the family allows it"
+    )

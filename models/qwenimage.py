@@ -9,6 +9,7 @@ exact; guidance is true CFG with a negative prompt (one batch-2B forward) follow
 rescale to the conditional prediction's norm; the sigma grid is ``linspace(1, 1/N, N)`` with the resolution-dependent
 shift; the VAE works on single-frame videos and is unnormalised with ``latents_mean`` / ``latents_std``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,7 @@ from models.sigma_grids import custom_sigmas
 from rewardflow.errors import ConfigError, ConfigErrors
 
 QWEN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-MAX_TEXT_TOKENS = 1024   # QwenImagePipeline's limit on max_sequence_length
+MAX_TEXT_TOKENS = 1024  # QwenImagePipeline's limit on max_sequence_length
 
 
 class QwenImageBackbone(DiffusersBackbone):
@@ -46,12 +47,19 @@ class QwenImageBackbone(DiffusersBackbone):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         n = cfg.model.max_sequence_length
-        errors.require(n <= MAX_TEXT_TOKENS, "model.max_sequence_length",
-                       f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})")
+        errors.require(
+            n <= MAX_TEXT_TOKENS,
+            "model.max_sequence_length",
+            f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})",
+        )
 
     def __init__(self, cfg: QwenImageModelConfig, keep_reference: bool = False):
-        from diffusers import (AutoencoderKLQwenImage, FlowMatchEulerDiscreteScheduler, QwenImagePipeline,
-                               QwenImageTransformer2DModel)
+        from diffusers import (
+            AutoencoderKLQwenImage,
+            FlowMatchEulerDiscreteScheduler,
+            QwenImagePipeline,
+            QwenImageTransformer2DModel,
+        )
         from transformers import Qwen2_5_VLForConditionalGeneration, Qwen2Tokenizer
 
         self._init_common(cfg, QWEN_COMPONENTS)
@@ -59,14 +67,19 @@ class QwenImageBackbone(DiffusersBackbone):
         self.cfg_renorm, self.dynamic_shift = cfg.cfg_renorm, cfg.dynamic_shift
         self.transformer = self._load_transformer(QwenImageTransformer2DModel)
         if self.transformer.config.guidance_embeds:
-            raise ConfigError(f"model.path={self.path!r}: guidance-distilled Qwen-Image transformers "
-                              f"(guidance_embeds=True) are not supported; use the base Qwen-Image checkpoint")
+            raise ConfigError(
+                f"model.path={self.path!r}: guidance-distilled Qwen-Image transformers "
+                f"(guidance_embeds=True) are not supported; use the base Qwen-Image checkpoint"
+            )
         self.vae = self._load_frozen(AutoencoderKLQwenImage, "vae")
         self.scheduler = self._load(FlowMatchEulerDiscreteScheduler, "scheduler")
         self.pipe = QwenImagePipeline(
-            transformer=self.transformer, scheduler=self.scheduler, vae=self.vae,
+            transformer=self.transformer,
+            scheduler=self.scheduler,
+            vae=self.vae,
             text_encoder=self._load_frozen(Qwen2_5_VLForConditionalGeneration, "text_encoder"),
-            tokenizer=self._load(Qwen2Tokenizer, "tokenizer"))
+            tokenizer=self._load(Qwen2Tokenizer, "tokenizer"),
+        )
         sf = self.pipe.vae_scale_factor
         self._require_image_size(2 * sf)
         self._init_training(keep_reference, [self.pipe.text_encoder], self.vae)
@@ -78,10 +91,11 @@ class QwenImageBackbone(DiffusersBackbone):
 
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
-        embeds, mask = self.pipe.encode_prompt(prompts, device=self.device,
-                                               max_sequence_length=self.max_sequence_length)
+        embeds, mask = self.pipe.encode_prompt(
+            prompts, device=self.device, max_sequence_length=self.max_sequence_length
+        )
         lengths = mask.sum(1).tolist() if mask is not None else [embeds.shape[1]] * len(prompts)
-        return [{"prompt_embeds": embeds[i, :int(n)]} for i, n in enumerate(lengths)]   # unpadded
+        return [{"prompt_embeds": embeds[i, : int(n)]} for i, n in enumerate(lengths)]  # unpadded
 
     @staticmethod
     def _pad(items: list[torch.Tensor], length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,19 +121,31 @@ class QwenImageBackbone(DiffusersBackbone):
         shared = embeds.shared
         rows = latents.shape[0] * (2 if self.do_cfg else 1)
         return self.guided_velocity(
-            latents, self.model_timestep(sigma.to(latents.dtype)),
-            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
-                  "encoder_hidden_states_mask": embeds.tensors["prompt_mask"]},
-            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
-                    "encoder_hidden_states_mask": shared.get("neg_prompt_mask")},
-            renorm_dim=-1 if self.cfg_renorm else None, img_shapes=[[(1, *self._grid)]] * rows)
+            latents,
+            self.model_timestep(sigma.to(latents.dtype)),
+            cond={
+                "encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                "encoder_hidden_states_mask": embeds.tensors["prompt_mask"],
+            },
+            uncond={
+                "encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                "encoder_hidden_states_mask": shared.get("neg_prompt_mask"),
+            },
+            renorm_dim=-1 if self.cfg_renorm else None,
+            img_shapes=[[(1, *self._grid)]] * rows,
+        )
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
-        return sigma                          # the transformer multiplies by 1000 itself (Timesteps(scale=1000))
+        return sigma  # the transformer multiplies by 1000 itself (Timesteps(scale=1000))
 
     def pipeline_kwargs(self) -> dict:
-        return dict(height=self.height, width=self.width, max_sequence_length=self.max_sequence_length,
-                    true_cfg_scale=self.guidance_scale, negative_prompt=self.negative_prompt)
+        return dict(
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            true_cfg_scale=self.guidance_scale,
+            negative_prompt=self.negative_prompt,
+        )
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         lat = self.pipe._unpack_latents(latents, self.height, self.width, self.pipe.vae_scale_factor)
@@ -129,7 +155,7 @@ class QwenImageBackbone(DiffusersBackbone):
 
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """Images (B, 3, H, W) in [0, 1] -> packed latents (the VAE posterior mean), the inverse of :meth:`decode`."""
-        x = images.to(self.device, self.vae.dtype)[:, :, None] * 2 - 1          # a 1-frame video
+        x = images.to(self.device, self.vae.dtype)[:, :, None] * 2 - 1  # a 1-frame video
         lat = self.vae.encode(x).latent_dist.mean.float()
         lat = ((lat - self._lat_mean.to(lat.device)) / self._lat_std.to(lat.device))[:, :, 0]
         b, c, h, w = lat.shape

@@ -9,6 +9,7 @@ text conditioning. The text states are random (no text encoder is built), in the
 would return them in; latents are fp32 like the samplers'. ``velocity`` runs the call under autocast and returns
 fp32, as the adapters do.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -20,9 +21,9 @@ from torch import nn
 
 from models.published_configs import FLUX_DEV, QWEN_IMAGE, SD35_MEDIUM, WAN21_T2V_1_3B
 
-SIGMA = 0.7            # noise level of the call (any interior value costs the same)
-FLUX_GUIDANCE = 3.5    # FLUX.1-dev's distilled guidance (conf/model/flux.yaml)
-VAE_FACTOR = 8         # pixels per latent pixel of every real family's VAE (Wan: also 4 frames per latent frame)
+SIGMA = 0.7  # noise level of the call (any interior value costs the same)
+FLUX_GUIDANCE = 3.5  # FLUX.1-dev's distilled guidance (conf/model/flux.yaml)
+VAE_FACTOR = 8  # pixels per latent pixel of every real family's VAE (Wan: also 4 frames per latent frame)
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,10 @@ class Family:
     name: str
     class_name: str
     config: dict
-    tiny_config: str              # dotted path of the twin's TRANSFORMER dict
+    tiny_config: str  # dotted path of the twin's TRANSFORMER dict
     shape: CallShape
     smoke_shape: CallShape
-    inputs: Callable[["Family", dict, CallShape, torch.device, torch.dtype, torch.Generator], dict]
+    inputs: Callable[[Family, dict, CallShape, torch.device, torch.dtype, torch.Generator], dict]
     image_tokens: Callable[[dict, CallShape], int]
 
     def transformer_config(self, tiny: bool) -> dict:
@@ -84,8 +85,9 @@ class Family:
                     param.data = param.data.to(dtype)
         return model
 
-    def call_inputs(self, config: dict, shape: CallShape, device: torch.device, text_dtype: torch.dtype,
-                    seed: int = 0) -> dict:
+    def call_inputs(
+        self, config: dict, shape: CallShape, device: torch.device, text_dtype: torch.dtype, seed: int = 0
+    ) -> dict:
         return self.inputs(self, config, shape, device, text_dtype, torch.Generator().manual_seed(seed))
 
 
@@ -114,47 +116,52 @@ def _flux_inputs(fam: Family, cfg: dict, s: CallShape, device, text_dtype, g) ->
 
     h, w = _packed_grid(s)
     rows = s.rows
-    return dict(hidden_states=_randn((rows, h * w, cfg["in_channels"]), g, device),
-                timestep=torch.full((rows,), SIGMA, device=device),                    # sigma (x1000 inside)
-                guidance=(torch.full((rows,), FLUX_GUIDANCE, device=device) if cfg.get("guidance_embeds") else None),
-                pooled_projections=_randn((rows, cfg["pooled_projection_dim"]), g, device, text_dtype),
-                encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device,
-                                             text_dtype),
-                txt_ids=torch.zeros(s.text_tokens, 3, device=device, dtype=text_dtype),
-                img_ids=FluxPipeline._prepare_latent_image_ids(1, h, w, device, text_dtype))
+    return dict(
+        hidden_states=_randn((rows, h * w, cfg["in_channels"]), g, device),
+        timestep=torch.full((rows,), SIGMA, device=device),  # sigma (x1000 inside)
+        guidance=(torch.full((rows,), FLUX_GUIDANCE, device=device) if cfg.get("guidance_embeds") else None),
+        pooled_projections=_randn((rows, cfg["pooled_projection_dim"]), g, device, text_dtype),
+        encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device, text_dtype),
+        txt_ids=torch.zeros(s.text_tokens, 3, device=device, dtype=text_dtype),
+        img_ids=FluxPipeline._prepare_latent_image_ids(1, h, w, device, text_dtype),
+    )
 
 
 def _sd3_inputs(fam: Family, cfg: dict, s: CallShape, device, text_dtype, g) -> dict:
     h, w = s.latent_hw()
     rows = s.rows
-    return dict(hidden_states=_randn((rows, cfg["in_channels"], h, w), g, device),   # patchified inside
-                timestep=torch.full((rows,), SIGMA, device=device) * 1000.0,         # SD3 scale: 0..1000
-                encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device,
-                                             text_dtype),
-                pooled_projections=_randn((rows, cfg["pooled_projection_dim"]), g, device, text_dtype))
+    return dict(
+        hidden_states=_randn((rows, cfg["in_channels"], h, w), g, device),  # patchified inside
+        timestep=torch.full((rows,), SIGMA, device=device) * 1000.0,  # SD3 scale: 0..1000
+        encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device, text_dtype),
+        pooled_projections=_randn((rows, cfg["pooled_projection_dim"]), g, device, text_dtype),
+    )
 
 
 def _qwen_inputs(fam: Family, cfg: dict, s: CallShape, device, text_dtype, g) -> dict:
     h, w = _packed_grid(s)
     rows = s.rows
-    return dict(hidden_states=_randn((rows, h * w, cfg["in_channels"]), g, device),
-                timestep=torch.full((rows,), SIGMA, device=device),                    # sigma (x1000 inside)
-                encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device,
-                                             text_dtype),
-                encoder_hidden_states_mask=torch.ones(rows, s.text_tokens, dtype=torch.long, device=device),
-                img_shapes=[[(1, h, w)]] * rows)
+    return dict(
+        hidden_states=_randn((rows, h * w, cfg["in_channels"]), g, device),
+        timestep=torch.full((rows,), SIGMA, device=device),  # sigma (x1000 inside)
+        encoder_hidden_states=_randn((rows, s.text_tokens, cfg["joint_attention_dim"]), g, device, text_dtype),
+        encoder_hidden_states_mask=torch.ones(rows, s.text_tokens, dtype=torch.long, device=device),
+        img_shapes=[[(1, h, w)]] * rows,
+    )
 
 
 def _wan_inputs(fam: Family, cfg: dict, s: CallShape, device, text_dtype, g) -> dict:
     from models.wan import wan_model_timestep
 
     h, w = s.latent_hw()
-    frames = (s.frames - 1) // 4 + 1                                                  # 4 frames per latent frame
+    frames = (s.frames - 1) // 4 + 1  # 4 frames per latent frame
     rows = s.rows
     sigma = torch.full((rows,), SIGMA, dtype=torch.float64)
-    return dict(hidden_states=_randn((rows, cfg["in_channels"], frames, h, w), g, device),
-                timestep=wan_model_timestep(sigma).to(device=device, dtype=torch.float32),   # UniPC's int64 steps
-                encoder_hidden_states=_randn((rows, s.text_tokens, cfg["text_dim"]), g, device, text_dtype))
+    return dict(
+        hidden_states=_randn((rows, cfg["in_channels"], frames, h, w), g, device),
+        timestep=wan_model_timestep(sigma).to(device=device, dtype=torch.float32),  # UniPC's int64 steps
+        encoder_hidden_states=_randn((rows, s.text_tokens, cfg["text_dim"]), g, device, text_dtype),
+    )
 
 
 def _packed_tokens(cfg: dict, s: CallShape) -> int:
@@ -180,18 +187,46 @@ def _wan_tokens(cfg: dict, s: CallShape) -> int:
 # and the 81-frame call would take most of a check's minute for Wan (pass a CallShape with frames=81 to measure it).
 # Smoke: the tiny twins' widths at a few tokens.
 FAMILIES: dict[str, Family] = {
-    "flux": Family("flux", "FluxTransformer2DModel", FLUX_DEV, "models.tiny_flux.TRANSFORMER",
-                   CallShape(512, 512, text_tokens=512), CallShape(64, 64, text_tokens=8),
-                   _flux_inputs, _packed_tokens),
-    "sd35m": Family("sd35m", "SD3Transformer2DModel", SD35_MEDIUM, "models.tiny_sd3.TRANSFORMER",
-                    CallShape(512, 512, text_tokens=77 + 256, rows=2), CallShape(64, 64, text_tokens=8, rows=2),
-                    _sd3_inputs, _sd3_tokens),
-    "qwenimage": Family("qwenimage", "QwenImageTransformer2DModel", QWEN_IMAGE, "models.tiny_qwenimage.TRANSFORMER",
-                        CallShape(512, 512, text_tokens=128, rows=2), CallShape(64, 64, text_tokens=8, rows=2),
-                        _qwen_inputs, _packed_tokens),
-    "wan2.1": Family("wan2.1", "WanTransformer3DModel", WAN21_T2V_1_3B, "models.tiny_wan.TRANSFORMER",
-                     CallShape(480, 832, text_tokens=512, rows=2, frames=33),
-                     CallShape(64, 64, text_tokens=8, rows=2, frames=5), _wan_inputs, _wan_tokens),
+    "flux": Family(
+        "flux",
+        "FluxTransformer2DModel",
+        FLUX_DEV,
+        "models.tiny_flux.TRANSFORMER",
+        CallShape(512, 512, text_tokens=512),
+        CallShape(64, 64, text_tokens=8),
+        _flux_inputs,
+        _packed_tokens,
+    ),
+    "sd35m": Family(
+        "sd35m",
+        "SD3Transformer2DModel",
+        SD35_MEDIUM,
+        "models.tiny_sd3.TRANSFORMER",
+        CallShape(512, 512, text_tokens=77 + 256, rows=2),
+        CallShape(64, 64, text_tokens=8, rows=2),
+        _sd3_inputs,
+        _sd3_tokens,
+    ),
+    "qwenimage": Family(
+        "qwenimage",
+        "QwenImageTransformer2DModel",
+        QWEN_IMAGE,
+        "models.tiny_qwenimage.TRANSFORMER",
+        CallShape(512, 512, text_tokens=128, rows=2),
+        CallShape(64, 64, text_tokens=8, rows=2),
+        _qwen_inputs,
+        _packed_tokens,
+    ),
+    "wan2.1": Family(
+        "wan2.1",
+        "WanTransformer3DModel",
+        WAN21_T2V_1_3B,
+        "models.tiny_wan.TRANSFORMER",
+        CallShape(480, 832, text_tokens=512, rows=2, frames=33),
+        CallShape(64, 64, text_tokens=8, rows=2, frames=5),
+        _wan_inputs,
+        _wan_tokens,
+    ),
 }
 
 

@@ -7,6 +7,7 @@ Conventions pinned by tests: the transformer takes the timestep ``1000 sigma`` (
 guidance is true classifier-free guidance with a negative prompt, evaluated as one batch-2B forward
 ``[uncond, cond]``; the sigma grid is the scheduler's static shift (3.0), ``set_timesteps(N)``.
 """
+
 from __future__ import annotations
 
 import torch
@@ -16,8 +17,17 @@ from models.common import DiffusersBackbone
 from models.sd3_config import SD3ModelConfig
 
 #: Flow-GRPO's SD3.5 LoRA targets (joint attention, both streams)
-SD3_COMPONENTS = ("transformer", "vae", "text_encoder", "text_encoder_2", "text_encoder_3", "tokenizer",
-                  "tokenizer_2", "tokenizer_3", "scheduler")
+SD3_COMPONENTS = (
+    "transformer",
+    "vae",
+    "text_encoder",
+    "text_encoder_2",
+    "text_encoder_3",
+    "tokenizer",
+    "tokenizer_2",
+    "tokenizer_3",
+    "scheduler",
+)
 
 
 class SD3Backbone(DiffusersBackbone):
@@ -34,8 +44,12 @@ class SD3Backbone(DiffusersBackbone):
     block_attrs = ("transformer_blocks",)
 
     def __init__(self, cfg: SD3ModelConfig, keep_reference: bool = False):
-        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-        from diffusers import StableDiffusion3Pipeline
+        from diffusers import (
+            AutoencoderKL,
+            FlowMatchEulerDiscreteScheduler,
+            SD3Transformer2DModel,
+            StableDiffusion3Pipeline,
+        )
         from transformers import CLIPTextModelWithProjection, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
         self._init_common(cfg, SD3_COMPONENTS)
@@ -44,23 +58,33 @@ class SD3Backbone(DiffusersBackbone):
         self.vae = self._load_frozen(AutoencoderKL, "vae")
         self.scheduler = self._load(FlowMatchEulerDiscreteScheduler, "scheduler")
         self.pipe = StableDiffusion3Pipeline(
-            transformer=self.transformer, scheduler=self.scheduler, vae=self.vae,
+            transformer=self.transformer,
+            scheduler=self.scheduler,
+            vae=self.vae,
             text_encoder=self._load_frozen(CLIPTextModelWithProjection, "text_encoder"),
             text_encoder_2=self._load_frozen(CLIPTextModelWithProjection, "text_encoder_2"),
             text_encoder_3=self._load_frozen(T5EncoderModel, "text_encoder_3"),
-            tokenizer=self._load(CLIPTokenizer, "tokenizer"), tokenizer_2=self._load(CLIPTokenizer, "tokenizer_2"),
-            tokenizer_3=self._load(T5TokenizerFast, "tokenizer_3"))
+            tokenizer=self._load(CLIPTokenizer, "tokenizer"),
+            tokenizer_2=self._load(CLIPTokenizer, "tokenizer_2"),
+            tokenizer_3=self._load(T5TokenizerFast, "tokenizer_3"),
+        )
         sf, patch = self.pipe.vae_scale_factor, self.transformer.config.patch_size
         self._require_image_size(sf * patch)
-        self._init_training(keep_reference, [self.pipe.text_encoder, self.pipe.text_encoder_2,
-                                             self.pipe.text_encoder_3], self.vae)
+        self._init_training(
+            keep_reference, [self.pipe.text_encoder, self.pipe.text_encoder_2, self.pipe.text_encoder_3], self.vae
+        )
         self._latent_shape = (self.transformer.config.in_channels, self.height // sf, self.width // sf)
 
     # -- conditioning -------------------------------------------------------------------------------------------
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
-        embeds, _, pooled, _ = self.pipe.encode_prompt(prompt=prompts, prompt_2=None, prompt_3=None,
-                                                       device=self.device, do_classifier_free_guidance=False,
-                                                       max_sequence_length=self.max_sequence_length)
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            prompt_2=None,
+            prompt_3=None,
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
         return [{"prompt_embeds": embeds[i], "pooled": pooled[i]} for i in range(len(prompts))]
 
     def encode_prompts(self, prompts: list[str]) -> PromptEmbeds:
@@ -77,14 +101,20 @@ class SD3Backbone(DiffusersBackbone):
         self._check_ready()
         shared = embeds.shared
         return self.guided_velocity(
-            latents, self.model_timestep(sigma.to(latents.dtype)),
-            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"],
-                  "pooled_projections": embeds.tensors["pooled"]},
-            uncond={"encoder_hidden_states": shared.get("neg_prompt_embeds"),
-                    "pooled_projections": shared.get("neg_pooled")})
+            latents,
+            self.model_timestep(sigma.to(latents.dtype)),
+            cond={
+                "encoder_hidden_states": embeds.tensors["prompt_embeds"],
+                "pooled_projections": embeds.tensors["pooled"],
+            },
+            uncond={
+                "encoder_hidden_states": shared.get("neg_prompt_embeds"),
+                "pooled_projections": shared.get("neg_pooled"),
+            },
+        )
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
-        return sigma * 1000.0                 # SD3's timestep scale: 0..1000, as the pipeline's scheduler.timesteps
+        return sigma * 1000.0  # SD3's timestep scale: 0..1000, as the pipeline's scheduler.timesteps
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         lat = latents / self.vae.config.scaling_factor + self.vae.config.shift_factor
@@ -95,4 +125,3 @@ class SD3Backbone(DiffusersBackbone):
         """Images (B, 3, H, W) in [0, 1] -> latents (the VAE posterior mean), the inverse of :meth:`decode`."""
         lat = self.vae.encode(images.to(self.device, self.vae.dtype) * 2 - 1).latent_dist.mean
         return ((lat - self.vae.config.shift_factor) * self.vae.config.scaling_factor).float()
-

@@ -10,6 +10,7 @@ the sharded model is bit-identical to one loaded whole and then sharded (tests/t
 Single-process runs keep diffusers' ``from_pretrained`` (see ``models/common.py``); this path is taken whenever a
 process group of more than one rank exists when the backbone is built (:func:`sharded_startup_enabled`).
 """
+
 from __future__ import annotations
 
 import os
@@ -83,13 +84,18 @@ def materialize_and_load(module: nn.Module, folder: Path, device: torch.device) 
     stored = reader.read_metadata().state_dict_metadata
     params = {n for n, _ in module.named_parameters()}
     # every parameter comes from the file; a persistent buffer only if the file has it (else the built one stays)
-    targets = {checkpoint_key(k): v for k, v in module.state_dict().items()
-               if not is_adapter_key(k) and (k in params or checkpoint_key(k) in stored)}
+    targets = {
+        checkpoint_key(k): v
+        for k, v in module.state_dict().items()
+        if not is_adapter_key(k) and (k in params or checkpoint_key(k) in stored)
+    }
     missing = sorted(set(targets) - set(stored))
     if missing:
-        raise ModelLoadError(f"{folder}: the safetensors files lack {len(missing)} weight(s) of "
-                             f"{type(module).__name__} (e.g. {missing[:3]}); the folder does not match the "
-                             f"transformer config. Fix: point model.path at a complete diffusers checkpoint")
+        raise ModelLoadError(
+            f"{folder}: the safetensors files lack {len(missing)} weight(s) of "
+            f"{type(module).__name__} (e.g. {missing[:3]}); the folder does not match the "
+            f"transformer config. Fix: point model.path at a complete diffusers checkpoint"
+        )
     load(targets, storage_reader=reader)
 
 

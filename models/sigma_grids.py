@@ -10,6 +10,7 @@
 
 Each returns the N + 1 sigmas in float64, from the pure-noise level down to 0.
 """
+
 from __future__ import annotations
 
 import torch
@@ -20,14 +21,16 @@ def static_shift_sigmas(num_steps: int, shift: float, config: dict | None = None
     config's."""
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    sched = FlowMatchEulerDiscreteScheduler.from_config({**(config or {}), "shift": shift,
-                                                         "use_dynamic_shifting": False})
+    sched = FlowMatchEulerDiscreteScheduler.from_config(
+        {**(config or {}), "shift": shift, "use_dynamic_shifting": False}
+    )
     sched.set_timesteps(num_steps)
     return sched.sigmas.to(torch.float64)
 
 
-def custom_sigmas(num_steps: int, shift: float, config: dict, image_seq_len: int,
-                  dynamic_shift: bool = True) -> torch.Tensor:
+def custom_sigmas(
+    num_steps: int, shift: float, config: dict, image_seq_len: int, dynamic_shift: bool = True
+) -> torch.Tensor:
     """FluxPipeline / QwenImagePipeline's grid: ``sigmas = linspace(1, 1/N, N)``; with ``dynamic_shift`` and a
     scheduler that shifts dynamically, ``mu = calculate_shift(image_seq_len, ...)`` from the config (``shift`` is then
     unused), otherwise ``shift`` is applied statically."""
@@ -36,11 +39,17 @@ def custom_sigmas(num_steps: int, shift: float, config: dict, image_seq_len: int
 
     dynamic = dynamic_shift and bool(config.get("use_dynamic_shifting", False))
     sched = FlowMatchEulerDiscreteScheduler.from_config(
-        config if dynamic else {**config, "shift": shift, "use_dynamic_shifting": False})
+        config if dynamic else {**config, "shift": shift, "use_dynamic_shifting": False}
+    )
     mu = None
     if dynamic:
-        mu = calculate_shift(image_seq_len, config.get("base_image_seq_len", 256), config.get("max_image_seq_len", 4096),
-                             config.get("base_shift", 0.5), config.get("max_shift", 1.15))
+        mu = calculate_shift(
+            image_seq_len,
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
     sched.set_timesteps(sigmas=np.linspace(1.0, 1 / num_steps, num_steps), mu=mu)
     return sched.sigmas.to(torch.float64)
 
@@ -61,8 +70,13 @@ def unipc_flow_sigmas(num_steps: int, shift: float, config: dict) -> torch.Tenso
     return sigmas
 
 
-def calculate_shift(image_seq_len: int, base_seq_len: int = 256, max_seq_len: int = 4096, base_shift: float = 0.5,
-                    max_shift: float = 1.15) -> float:
+def calculate_shift(
+    image_seq_len: int,
+    base_seq_len: int = 256,
+    max_seq_len: int = 4096,
+    base_shift: float = 0.5,
+    max_shift: float = 1.15,
+) -> float:
     """FLUX / Qwen-Image resolution-dependent shift ``mu`` (linear in the image token count), as in diffusers."""
     m = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     return image_seq_len * m + (base_shift - m * base_seq_len)

@@ -10,6 +10,7 @@ at any rank count, reads the folder and makes no encoder call. Entries are read 
 The cache folder must be visible to every rank (a shared file system on multi-node SLURM jobs): it defaults to
 ``$REWARDFLOW_CACHE/text`` (``~/.cache/rewardflow/text``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,8 @@ import torch
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1           # bump when the layout below changes, so old folders are not read
-ENCODE_BATCH = 8     # prompts per encoder call while precomputing
+FORMAT = 1  # bump when the layout below changes, so old folders are not read
+ENCODE_BATCH = 8  # prompts per encoder call while precomputing
 INDEX = "index.json"
 
 
@@ -43,14 +44,19 @@ def text_encoder_fingerprint(folder: Path, subfolders: list[str]) -> dict:
         if not d.is_dir():
             continue
         config = d / "config.json"
-        out[sub] = {"config": config.read_text() if config.exists() else None,
-                    "files": sorted((p.name, p.stat().st_size) for p in d.iterdir() if p.is_file())}
+        out[sub] = {
+            "config": config.read_text() if config.exists() else None,
+            "files": sorted((p.name, p.stat().st_size) for p in d.iterdir() if p.is_file()),
+        }
     return out
 
 
 def cache_key(model: dict, settings: dict, prompts: list[str]) -> str:
-    blob = json.dumps({"format": FORMAT, "model": model, "settings": settings, "prompts": prompt_set_key(prompts)},
-                      sort_keys=True, default=str)
+    blob = json.dumps(
+        {"format": FORMAT, "model": model, "settings": settings, "prompts": prompt_set_key(prompts)},
+        sort_keys=True,
+        default=str,
+    )
     return hashlib.sha1(blob.encode()).hexdigest()[:16]
 
 
@@ -73,16 +79,19 @@ class PrecomputedText:
         out = []
         for p in prompts:
             if p not in self.position:
-                raise RuntimeError(f"prompt {p!r} is not in the precomputed text conditioning ({self.folder}): "
-                                   f"model.text_encoders=precompute encodes the data's prompts once at start. "
-                                   f"Fix: model.text_encoders=offload to encode prompts met later")
+                raise RuntimeError(
+                    f"prompt {p!r} is not in the precomputed text conditioning ({self.folder}): "
+                    f"model.text_encoders=precompute encodes the data's prompts once at start. "
+                    f"Fix: model.text_encoders=offload to encode prompts met later"
+                )
             part, i = self.position[p]
             out.append({n: self._files[part].get_tensor(f"{i}.{n}") for n in self.names})
         return out
 
 
-def build_or_load(root: Path, key: str, prompts: list[str], encode: Callable[[list[str]], list[dict]],
-                  world) -> tuple[PrecomputedText, bool]:
+def build_or_load(
+    root: Path, key: str, prompts: list[str], encode: Callable[[list[str]], list[dict]], world
+) -> tuple[PrecomputedText, bool]:
     """The cache folder ``root/<key>`` for ``prompts`` (unique), built by every rank of ``world`` if absent.
     Returns the store and whether it was reused. A collective: call on every rank."""
     from rewardflow.distributed import all_gather_objects, barrier, broadcast_object
@@ -97,7 +106,7 @@ def build_or_load(root: Path, key: str, prompts: list[str], encode: Callable[[li
     mine = list(range(world.rank, len(prompts), world.world_size))
     tensors, names = {}, set()
     for start in range(0, len(mine), ENCODE_BATCH):
-        batch = mine[start:start + ENCODE_BATCH]
+        batch = mine[start : start + ENCODE_BATCH]
         for i, entry in zip(batch, encode([prompts[i] for i in batch])):
             for n, v in entry.items():
                 tensors[f"{i}.{n}"] = v.detach().to("cpu").contiguous().clone()
@@ -106,15 +115,17 @@ def build_or_load(root: Path, key: str, prompts: list[str], encode: Callable[[li
 
     save_file(tensors, str(tmp / part))
     entries = [[prompts[i], i] for i in mine]
-    gathered = all_gather_objects((part, entries, sorted(names)))   # every part is written once this returns
+    gathered = all_gather_objects((part, entries, sorted(names)))  # every part is written once this returns
     if world.is_main:
-        index = {"parts": {p: e for p, e, _ in gathered}, "names": sorted({n for _, _, ns in gathered for n in ns}),
-                 "prompts": len(prompts)}
+        index = {
+            "parts": {p: e for p, e, _ in gathered},
+            "names": sorted({n for _, _, ns in gathered for n in ns}),
+            "prompts": len(prompts),
+        }
         (tmp / INDEX).write_text(json.dumps(index))
         try:
             os.rename(tmp, folder)
-        except OSError:                     # another run finished the same folder first: use theirs
+        except OSError:  # another run finished the same folder first: use theirs
             shutil.rmtree(tmp, ignore_errors=True)
     barrier()
     return PrecomputedText(folder), False
-

@@ -1,4 +1,5 @@
 """Config of model=tiny_flux: the tiny random twin of FLUX.1-dev (models/tiny_flux.py), for CPU runs and tests."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -5,6 +5,7 @@ ship trained VAEs. A few hundred Adam steps on solid backgrounds with rectangles
 random ones) give the tiny VAE a decoder that can show saturated colours, and set ``scaling_factor`` /
 ``shift_factor`` from the measured latent statistics as the real families did. Deterministic in the seed.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,7 +23,7 @@ def synthetic_colour_images(n: int, size: int, generator: torch.Generator) -> to
     for k in range(n):
         y0, x0 = torch.randint(0, size * 3 // 4, (2,), generator=generator).tolist()
         h, w = torch.randint(size // 8, size // 2, (2,), generator=generator).tolist()
-        img[k, :, y0:y0 + h, x0:x0 + w] = fg[k][:, None, None]
+        img[k, :, y0 : y0 + h, x0 : x0 + w] = fg[k][:, None, None]
     return img * 2 - 1
 
 

@@ -1,5 +1,6 @@
 """Config of model=tiny_qwenimage: the tiny random twin of Qwen-Image (models/tiny_qwenimage.py). Its VAE is random:
 runs test the mechanics, not colour learning. CFG on, as in the model card."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ Its VAE is random by default (``VAE_PRETRAIN_STEPS = 0``): pre-training it as th
 shared 2-core machine, so CPU runs exercise the mechanics; ``build_tiny_sd3_pipeline(pretrain_steps=300)`` gives a
 VAE that can show saturated colours (models/tiny_pretrain.py).
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,25 +22,63 @@ from models.twins import TinyTwin, materialize, recipe_key
 
 # patch 2 (as SD3.5): a 32x32 image -> 16x16x16 latent -> 64 tokens. joint_attention_dim must be >= 2 x CLIP width
 # (the pipeline pads the concatenated CLIP states to the T5 width; narrower silently crops, docs/models.md#family-notes)
-TRANSFORMER = dict(sample_size=16, patch_size=2, in_channels=16, num_layers=2, attention_head_dim=8,
-                   num_attention_heads=4, caption_projection_dim=32, joint_attention_dim=64, pooled_projection_dim=64,
-                   out_channels=16, pos_embed_max_size=32, dual_attention_layers=(0,), qk_norm="rms_norm")
-VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 2,
-           up_block_types=["UpDecoderBlock2D"] * 2, block_out_channels=(8, 16), layers_per_block=1,
-           latent_channels=16, norm_num_groups=4, use_quant_conv=False, use_post_quant_conv=False,
-           shift_factor=0.0609, scaling_factor=1.5305, sample_size=32)
-T5 = dict(d_model=64, d_kv=8, d_ff=37, num_layers=2, num_heads=4, relative_attention_num_buckets=8,
-          dropout_rate=0.0, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-          feed_forward_proj="gated-gelu", is_encoder_decoder=True)
-SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)          # stabilityai/stable-diffusion-3.5-medium
-CLIP_TOKENS = 16    # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
-VAE_PRETRAIN_STEPS = 0        # see the module docstring
+TRANSFORMER = dict(
+    sample_size=16,
+    patch_size=2,
+    in_channels=16,
+    num_layers=2,
+    attention_head_dim=8,
+    num_attention_heads=4,
+    caption_projection_dim=32,
+    joint_attention_dim=64,
+    pooled_projection_dim=64,
+    out_channels=16,
+    pos_embed_max_size=32,
+    dual_attention_layers=(0,),
+    qk_norm="rms_norm",
+)
+VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=["DownEncoderBlock2D"] * 2,
+    up_block_types=["UpDecoderBlock2D"] * 2,
+    block_out_channels=(8, 16),
+    layers_per_block=1,
+    latent_channels=16,
+    norm_num_groups=4,
+    use_quant_conv=False,
+    use_post_quant_conv=False,
+    shift_factor=0.0609,
+    scaling_factor=1.5305,
+    sample_size=32,
+)
+T5 = dict(
+    d_model=64,
+    d_kv=8,
+    d_ff=37,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    dropout_rate=0.0,
+    pad_token_id=0,
+    eos_token_id=1,
+    decoder_start_token_id=0,
+    feed_forward_proj="gated-gelu",
+    is_encoder_decoder=True,
+)
+SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # stabilityai/stable-diffusion-3.5-medium
+CLIP_TOKENS = 16  # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
+VAE_PRETRAIN_STEPS = 0  # see the module docstring
 VERSION = 2
 
 
 def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_STEPS):
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel
-    from diffusers import StableDiffusion3Pipeline
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
     from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
 
     torch.manual_seed(seed)
@@ -49,8 +88,12 @@ def build_tiny_sd3_pipeline(seed: int = 0, pretrain_steps: int = VAE_PRETRAIN_ST
         text_encoder=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
         text_encoder_2=CLIPTextModelWithProjection(CLIPTextConfig(vocab_size=len(clip_tok), **CLIP)).eval(),
         text_encoder_3=T5EncoderModel(T5Config(vocab_size=len(t5_tok), **copy.deepcopy(T5))).eval(),
-        tokenizer=clip_tok, tokenizer_2=make_clip_tokenizer(CLIP_TOKENS), tokenizer_3=t5_tok,
-        transformer=SD3Transformer2DModel(**copy.deepcopy(TRANSFORMER)), vae=AutoencoderKL(**copy.deepcopy(VAE)))
+        tokenizer=clip_tok,
+        tokenizer_2=make_clip_tokenizer(CLIP_TOKENS),
+        tokenizer_3=t5_tok,
+        transformer=SD3Transformer2DModel(**copy.deepcopy(TRANSFORMER)),
+        vae=AutoencoderKL(**copy.deepcopy(VAE)),
+    )
     if pretrain_steps:
         pretrain_vae(pipe.vae, steps=pretrain_steps, seed=seed)
     return pipe

@@ -1,4 +1,5 @@
 """Config of model=tiny_sd35m: the tiny random twin of SD3.5 Medium (models/tiny_sd3.py), CFG on as in the recipe."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

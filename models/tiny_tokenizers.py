@@ -1,5 +1,6 @@
 """Tokenizers built in code (no files, no hub), for tiny twins of real model families
 (docs/development.md#tokenizers-built-in-code)."""
+
 from __future__ import annotations
 
 import string
@@ -38,8 +39,16 @@ def make_t5_tokenizer(words: list[str], extra_ids: int = 0, model_max_length: in
     return T5Tokenizer(vocab=pieces, extra_ids=extra_ids, model_max_length=model_max_length)
 
 
-QWEN_SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                 "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN_SPECIALS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
 
 
 def make_qwen2_tokenizer(template: str, words: list[str], vocab_size: int = 600, model_max_length: int = 1024):
@@ -49,7 +58,8 @@ def make_qwen2_tokenizer(template: str, words: list[str], vocab_size: int = 600,
 
     base = Qwen2Tokenizer(vocab={c: i for i, c in enumerate(bytes_to_unicode())}, merges=[])
     sentence = " ".join(words)
-    tok = base.train_new_from_iterator([template.format(sentence)] * 50 + [sentence] * 50, vocab_size=vocab_size,
-                                       new_special_tokens=QWEN_SPECIALS)
+    tok = base.train_new_from_iterator(
+        [template.format(sentence)] * 50 + [sentence] * 50, vocab_size=vocab_size, new_special_tokens=QWEN_SPECIALS
+    )
     tok.model_max_length = model_max_length
     return tok

@@ -1,5 +1,6 @@
 """Config of model=tiny_wan2.1: the tiny random twin of Wan2.1 T2V (models/tiny_wan.py), 5 frames of 32x32 (latent
 16x2x8x8). Its VAE is random: runs test the mechanics, not colour learning. CFG on, as in the recipe."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

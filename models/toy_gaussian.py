@@ -12,6 +12,7 @@ convention of :class:`models.backbone.Backbone` (``d x / d sigma``, sigma = 1 no
 of ``dim = 3 k`` numbers as a (3, 1, k) "image" whose pixel values are the coordinates themselves (not clamped), so a
 reward on images is a function of the latent. Computations run in ``dtype`` (float64 by default).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,7 +44,7 @@ def gaussian_velocity_am(x: torch.Tensor, t: torch.Tensor, mu: torch.Tensor, var
     """Rectified-flow velocity of data ``N(mu, diag var)`` in AM time (x: (B, d), t: (B,))."""
     t = t.to(x.dtype)[:, None]
     mu, var = mu.to(x.dtype), var.to(x.dtype)
-    v_t = t ** 2 * var + (1 - t) ** 2
+    v_t = t**2 * var + (1 - t) ** 2
     dv_t = 2 * t * var - 2 * (1 - t)
     return mu + dv_t / (2 * v_t) * (x - t * mu)
 
@@ -52,7 +53,7 @@ def gaussian_score(x: torch.Tensor, t: torch.Tensor, mu: torch.Tensor, var: torc
     """Score of the marginal ``N(t mu, t^2 var + (1 - t)^2)`` at AM time ``t``."""
     t = t.to(x.dtype)[:, None]
     mu, var = mu.to(x.dtype), var.to(x.dtype)
-    return -(x - t * mu) / (t ** 2 * var + (1 - t) ** 2)
+    return -(x - t * mu) / (t**2 * var + (1 - t) ** 2)
 
 
 class ToyVelocityNet(nn.Module):
@@ -61,8 +62,16 @@ class ToyVelocityNet(nn.Module):
     The MLP's linear layers are named ``net.0``, ``net.2``, ... (LoRA targets); its last layer is zero-initialised.
     """
 
-    def __init__(self, dim: int, mu0: torch.Tensor, var0: torch.Tensor, hidden: int = 64, depth: int = 2,
-                 num_frequencies: int = 4, seed: int = 0):
+    def __init__(
+        self,
+        dim: int,
+        mu0: torch.Tensor,
+        var0: torch.Tensor,
+        hidden: int = 64,
+        depth: int = 2,
+        num_frequencies: int = 4,
+        seed: int = 0,
+    ):
         super().__init__()
         self.dim, self.num_frequencies = dim, num_frequencies
         self.register_buffer("mu0", mu0.clone())
@@ -106,8 +115,11 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         m = cfg.model
-        errors.require(m.dim >= 3 and m.dim % 3 == 0, "model.dim",
-                       f"must be a positive multiple of 3 (decoded as a 3-channel image), got {m.dim}")
+        errors.require(
+            m.dim >= 3 and m.dim % 3 == 0,
+            "model.dim",
+            f"must be a positive multiple of 3 (decoded as a 3-channel image), got {m.dim}",
+        )
         for key in ("mu0", "var0"):
             n = len(getattr(m, key))
             errors.require(n in (1, m.dim), f"model.{key}", f"needs 1 or dim={m.dim} values (got {n})")
@@ -121,19 +133,26 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
         self.dtype = torch_dtype(cfg.dtype)
         dim = self.dim = cfg.dim
         self.mu0, self.var0 = _per_dim(cfg.mu0, dim, "mu0"), _per_dim(cfg.var0, dim, "var0")
-        self.transformer = ToyVelocityNet(dim, self.mu0, self.var0, cfg.hidden, cfg.depth, cfg.num_frequencies,
-                                          cfg.seed)
+        self.transformer = ToyVelocityNet(
+            dim, self.mu0, self.var0, cfg.hidden, cfg.depth, cfg.num_frequencies, cfg.seed
+        )
         self.transformer.to(device=self.device, dtype=self.dtype)
         self.finetune = cfg.finetune
         if cfg.finetune == Finetune.lora:
             from peft import LoraConfig, inject_adapter_in_model
 
-            targets = list(cfg.lora_targets) if cfg.lora_targets else [
-                f"net.{i}" for i, m in enumerate(self.transformer.net) if isinstance(m, nn.Linear)]
+            targets = (
+                list(cfg.lora_targets)
+                if cfg.lora_targets
+                else [f"net.{i}" for i, m in enumerate(self.transformer.net) if isinstance(m, nn.Linear)]
+            )
             self.transformer.requires_grad_(False)
-            inject_adapter_in_model(LoraConfig(r=cfg.lora_rank, lora_alpha=cfg.lora_alpha,
-                                               init_lora_weights="gaussian",
-                                               target_modules=targets), self.transformer)
+            inject_adapter_in_model(
+                LoraConfig(
+                    r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, init_lora_weights="gaussian", target_modules=targets
+                ),
+                self.transformer,
+            )
             self.transformer.to(device=self.device, dtype=self.dtype)
         else:
             self.transformer.requires_grad_(True)
@@ -148,8 +167,13 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
         return gaussian_velocity_am(x, t, self.mu0.to(x.device), self.var0.to(x.device))
 
     @torch.no_grad()
-    def ode_samples(self, n: int, steps: int = 50, generator: torch.Generator | None = None,
-                    law: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def ode_samples(
+        self,
+        n: int,
+        steps: int = 50,
+        generator: torch.Generator | None = None,
+        law: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """``n`` samples of the current (fine-tuned) model: Heun's 2nd-order ODE solver over ``steps`` uniform sigma
         steps from 1 to 0 (accurate enough that the statistics show the model, not the sampler).
 
@@ -159,10 +183,15 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
         x = self.initial_noise(n, generator)
         if law is None:
             embeds = self.encode_prompts([""] * n)
-            velocity = lambda x, s: self.velocity(x, s, embeds)
+
+            def velocity(x, s):
+                return self.velocity(x, s, embeds)
         else:
             mu, var = (v.to(x.device, x.dtype) for v in law)
-            velocity = lambda x, s: -gaussian_velocity_am(x, 1.0 - s, mu, var)
+
+            def velocity(x, s):
+                return -gaussian_velocity_am(x, 1.0 - s, mu, var)
+
         sigmas = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
         for i in range(steps):
             s, s_next = sigmas[i].expand(n), sigmas[i + 1].expand(n)
@@ -189,4 +218,3 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         return latents.reshape(latents.shape[0], 3, 1, self.dim // 3)
-

@@ -1,6 +1,7 @@
 """Config of model=toy_gaussian: the Gaussian toy with a known answer (docs/methods/eam.md#the-gaussian-toy). The
 pretrained model generates N(mu0, var0) with an analytic velocity; the fine-tuned velocity is that plus a small
 zero-initialised MLP. CPU, float64. See experiment=toy_eam / toy_am."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,19 +16,19 @@ from rewardflow.dtypes import Dtype
 class ToyGaussianModelConfig(ModelConfig):
     _target_: str = "models.toy_gaussian.ToyGaussianBackbone"
     name: str = "toy_gaussian"
-    dim: int = 3                      # latent dimension (a multiple of 3: decoded as a 3-channel image)
-    mu0: list[float] = field(default_factory=lambda: [0.5, -0.5, 0.0])   # pretrained law N(mu0, var0): 1 or dim
-    var0: list[float] = field(default_factory=lambda: [0.6, 0.6, 1.0])   # values each
-    hidden: int = 64                  # residual MLP width
-    depth: int = 2                    # hidden layers
-    num_frequencies: int = 4          # Fourier features of the time
+    dim: int = 3  # latent dimension (a multiple of 3: decoded as a 3-channel image)
+    mu0: list[float] = field(default_factory=lambda: [0.5, -0.5, 0.0])  # pretrained law N(mu0, var0): 1 or dim
+    var0: list[float] = field(default_factory=lambda: [0.6, 0.6, 1.0])  # values each
+    hidden: int = 64  # residual MLP width
+    depth: int = 2  # hidden layers
+    num_frequencies: int = 4  # Fourier features of the time
     finetune: Finetune = Finetune.full
     lora_rank: int = 8
     lora_alpha: float = 8.0
-    lora_targets: Optional[list[str]] = None   # default: every linear layer of the MLP
+    lora_targets: Optional[list[str]] = None  # default: every linear layer of the MLP
     seed: int = 0
     device: Device = Device.cpu
-    dtype: Dtype = Dtype.float64      # float64 or float32
+    dtype: Dtype = Dtype.float64  # float64 or float32
 
 
 SCHEMAS = {"model": {"toy_gaussian": ToyGaussianModelConfig}}

@@ -1,5 +1,6 @@
 """Shared plumbing of the tiny twins: a folder written once with ``save_pretrained`` into a cache keyed by a hash of
 the recipe, so every twin is loaded back through its family's real adapter (``from_pretrained``)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -25,6 +26,7 @@ def recipe_key(*parts) -> str:
 def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
     """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once with ``save_pretrained`` and
     return the folder (see :func:`materialize_folder`)."""
+
     def write(folder: Path) -> None:
         pipe = build()
         for component in pipe.components.values():
@@ -44,8 +46,13 @@ def save_on_any_rank(model) -> object:
     return model
 
 
-def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cache_dir: str | Path | None = None,
-                       marker: str = "model_index.json") -> Path:
+def materialize_folder(
+    prefix: str,
+    key: str,
+    write: Callable[[Path], None],
+    cache_dir: str | Path | None = None,
+    marker: str = "model_index.json",
+) -> Path:
     """Run ``write(folder)`` once into ``<cache>/<prefix>-<key>``, whose ``marker`` file says it is complete, and
     return the folder. Atomic: written into a temporary folder and renamed, under a file lock, so concurrent ranks,
     sweep jobs or test workers build it one at a time and never read a half-written folder."""
@@ -60,9 +67,11 @@ def materialize_folder(prefix: str, key: str, write: Callable[[Path], None], cac
         try:
             write(tmp)
             empty = [p.name for p in tmp.iterdir() if p.is_dir() and not any(p.iterdir())]
-            if empty:   # transformers writes no weights on a torch.distributed rank other than 0
-                raise RuntimeError(f"tiny twin components {empty} were not written: pass transformers models "
-                                   f"through models.twins.save_on_any_rank before saving them")
+            if empty:  # transformers writes no weights on a torch.distributed rank other than 0
+                raise RuntimeError(
+                    f"tiny twin components {empty} were not written: pass transformers models "
+                    f"through models.twins.save_on_any_rank before saving them"
+                )
             if not (tmp / marker).exists():
                 raise RuntimeError(f"{prefix}: the writer did not produce {marker}")
             tmp.rename(target)
@@ -80,4 +89,4 @@ class TinyTwin:
 
     def __init__(self, cfg: Any, keep_reference: bool = False):
         folder = cfg.path or str(type(self).materialize(cfg.cache_dir, cfg.seed))
-        super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)   # type: ignore[call-arg]
+        super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)  # type: ignore[call-arg]

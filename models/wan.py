@@ -10,6 +10,7 @@ pipeline); guidance is true CFG with a negative prompt in one batch-2B forward; 
 sigmas with a static ``flow_shift`` (3.0 for 480p, 5.0 for 720p), stepped with Euler as Flow-GRPO / Flash-GRPO do;
 ``decode`` returns frames ``(B, F, 3, H, W)``. The VAE runs in fp32 (as in diffusers' Wan examples).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,8 +55,11 @@ class WanBackbone(DiffusersBackbone):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         n, tf = cfg.model.num_frames, cls.vae_temporal_factor
-        errors.require(n >= 1 and (n - 1) % tf == 0, "model.num_frames",
-                       f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})")
+        errors.require(
+            n >= 1 and (n - 1) % tf == 0,
+            "model.num_frames",
+            f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})",
+        )
 
     def __init__(self, cfg: WanModelConfig, keep_reference: bool = False):
         import diffusers
@@ -67,19 +71,34 @@ class WanBackbone(DiffusersBackbone):
         self.guidance_scale, self.negative_prompt = float(cfg.guidance_scale), cfg.negative_prompt
         self.transformer = self._load_transformer(WanTransformer3DModel)
         self.vae = self._load(AutoencoderKLWan, "vae", torch_dtype=torch.float32).requires_grad_(False).eval()
-        sched_cls = getattr(diffusers, self.loader.load_config(diffusers.UniPCMultistepScheduler, "scheduler")
-                            .get("_class_name", "UniPCMultistepScheduler"))
+        sched_cls = getattr(
+            diffusers,
+            self.loader.load_config(diffusers.UniPCMultistepScheduler, "scheduler").get(
+                "_class_name", "UniPCMultistepScheduler"
+            ),
+        )
         self.scheduler = self._load(sched_cls, "scheduler")
-        self.pipe = WanPipeline(tokenizer=self._load(AutoTokenizer, "tokenizer"),
-                                text_encoder=self._load_frozen(UMT5EncoderModel, "text_encoder"),
-                                vae=self.vae, scheduler=self.scheduler, transformer=self.transformer)
+        self.pipe = WanPipeline(
+            tokenizer=self._load(AutoTokenizer, "tokenizer"),
+            text_encoder=self._load_frozen(UMT5EncoderModel, "text_encoder"),
+            vae=self.vae,
+            scheduler=self.scheduler,
+            transformer=self.transformer,
+        )
         sf, tf = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
         self._require_image_size(sf * self.transformer.config.patch_size[1])
-        require(self.num_frames >= 1 and (self.num_frames - 1) % tf == 0, "model.num_frames",
-                f"must be {tf}k + 1 for the VAE of model.path={self.path!r} (got {self.num_frames})")
+        require(
+            self.num_frames >= 1 and (self.num_frames - 1) % tf == 0,
+            "model.num_frames",
+            f"must be {tf}k + 1 for the VAE of model.path={self.path!r} (got {self.num_frames})",
+        )
         self._init_training(keep_reference, [self.pipe.text_encoder], self.vae)
-        self._latent_shape = (self.transformer.config.in_channels, (self.num_frames - 1) // tf + 1,
-                              self.height // sf, self.width // sf)
+        self._latent_shape = (
+            self.transformer.config.in_channels,
+            (self.num_frames - 1) // tf + 1,
+            self.height // sf,
+            self.width // sf,
+        )
         z = self.vae.config.z_dim
         self._lat_mean = torch.tensor(self.vae.config.latents_mean, dtype=torch.float32).view(1, z, 1, 1, 1)
         self._lat_std = torch.tensor(self.vae.config.latents_std, dtype=torch.float32).view(1, z, 1, 1, 1)
@@ -88,12 +107,17 @@ class WanBackbone(DiffusersBackbone):
     def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
         from diffusers.pipelines.wan.pipeline_wan import prompt_clean
 
-        embeds, _ = self.pipe.encode_prompt(prompts, do_classifier_free_guidance=False, device=self.device,
-                                            max_sequence_length=self.max_sequence_length)
-        lengths = self.pipe.tokenizer([prompt_clean(p) for p in prompts], padding="max_length",
-                                      max_length=self.max_sequence_length, truncation=True,
-                                      return_attention_mask=True).attention_mask
-        return [{"prompt_embeds": embeds[i, :sum(m)]} for i, m in enumerate(lengths)]   # zeros beyond: not stored
+        embeds, _ = self.pipe.encode_prompt(
+            prompts, do_classifier_free_guidance=False, device=self.device, max_sequence_length=self.max_sequence_length
+        )
+        lengths = self.pipe.tokenizer(
+            [prompt_clean(p) for p in prompts],
+            padding="max_length",
+            max_length=self.max_sequence_length,
+            truncation=True,
+            return_attention_mask=True,
+        ).attention_mask
+        return [{"prompt_embeds": embeds[i, : sum(m)]} for i, m in enumerate(lengths)]  # zeros beyond: not stored
 
     def _pad(self, e: torch.Tensor) -> torch.Tensor:
         return torch.cat([e, e.new_zeros(self.max_sequence_length - e.shape[0], e.shape[1])])
@@ -103,8 +127,11 @@ class WanBackbone(DiffusersBackbone):
         embeds = torch.stack([self._pad(e["prompt_embeds"].to(self.device)) for e in entries])
         shared = {}
         if self.do_cfg:
-            shared = {"neg_prompt_embeds": self._pad(self._negative(self.negative_prompt, self._encode)
-                                                     ["prompt_embeds"])[None]}
+            shared = {
+                "neg_prompt_embeds": self._pad(self._negative(self.negative_prompt, self._encode)["prompt_embeds"])[
+                    None
+                ]
+            }
         return PromptEmbeds({"prompt_embeds": embeds}, shared)
 
     # -- latents ------------------------------------------------------------------------------------------------
@@ -116,14 +143,17 @@ class WanBackbone(DiffusersBackbone):
 
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         self._check_ready()
-        return self.guided_velocity(latents, self.model_timestep(sigma).to(latents.dtype),
-                                    cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"]},
-                                    uncond={"encoder_hidden_states": embeds.shared.get("neg_prompt_embeds")})
+        return self.guided_velocity(
+            latents,
+            self.model_timestep(sigma).to(latents.dtype),
+            cond={"encoder_hidden_states": embeds.tensors["prompt_embeds"]},
+            uncond={"encoder_hidden_states": embeds.shared.get("neg_prompt_embeds")},
+        )
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Frames ``(B, F, 3, H, W)`` in [0, 1]."""
         lat = latents * self._lat_std.to(latents.device) + self._lat_mean.to(latents.device)
-        video = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]     # (B, 3, F, H, W)
+        video = self.vae.decode(lat.to(self.vae.dtype), return_dict=False)[0]  # (B, 3, F, H, W)
         return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 1, 3, 4)
 
     def encode_images(self, frames: torch.Tensor) -> torch.Tensor:

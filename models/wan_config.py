@@ -4,6 +4,7 @@ sigmas with flow_shift 3.0 stepped with Euler, 20 sampling steps in training (50
 Pipeline defaults: guidance 5.0, 50 steps; flow_shift 3.0 for 480p, 5.0 for 720p. DanceGRPO's Wan-1.3B: 512x512 with
 1 frame, CFG 5, 20 steps, full fine-tuning. Timestep fed to the transformer: floor(1000 sigma) (UniPC's int64
 timesteps). decode() returns frames (B, F, 3, H, W); rewards score them per frame."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,16 +20,26 @@ class WanModelConfig(DiffusersModelConfig):
     path: Optional[str] = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
     height: int = 480
     width: int = 832
-    num_frames: int = 81              # 4k + 1; DanceGRPO: 1 (an image)
-    guidance_scale: float = 4.5       # true CFG (one batch-2 forward); <= 1 turns it off. 4.5 is the Flash-GRPO
-                                      # recipe these defaults follow; WanPipeline's own default is 5.0
+    num_frames: int = 81  # 4k + 1; DanceGRPO: 1 (an image)
+    guidance_scale: float = 4.5  # true CFG (one batch-2 forward); <= 1 turns it off. 4.5 is the Flash-GRPO
+    # recipe these defaults follow; WanPipeline's own default is 5.0
     negative_prompt: str = ""
-    max_sequence_length: int = 512    # UMT5 tokens (zero-padded to this length, as the pipeline)
-    integer_timesteps: bool = True    # feed floor(1000 sigma) as UniPC's int64 timesteps
+    max_sequence_length: int = 512  # UMT5 tokens (zero-padded to this length, as the pipeline)
+    integer_timesteps: bool = True  # feed floor(1000 sigma) as UniPC's int64 timesteps
     lora_rank: int = 16
     lora_alpha: float = 32.0
-    lora_targets: list[str] = field(default_factory=lambda: ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj",
-                                                             "add_k_proj", "add_v_proj", "to_add_out"])
+    lora_targets: list[str] = field(
+        default_factory=lambda: [
+            "to_q",
+            "to_k",
+            "to_v",
+            "to_out.0",
+            "add_q_proj",
+            "add_k_proj",
+            "add_v_proj",
+            "to_add_out",
+        ]
+    )
     # finetune: lora (DanceGRPO: full)
 
 

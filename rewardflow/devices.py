@@ -1,13 +1,14 @@
 """Compute devices as config values (``model.device``) and which one ``auto`` means on this machine."""
+
 from __future__ import annotations
 
 from enum import StrEnum
 
 
 class Device(StrEnum):
-    auto = "auto"     # cuda if this process sees a CUDA GPU, else cpu
+    auto = "auto"  # cuda if this process sees a CUDA GPU, else cpu
     cpu = "cpu"
-    cuda = "cuda"     # the rank's GPU (each rank of a multi-GPU job is pinned to its own)
+    cuda = "cuda"  # the rank's GPU (each rank of a multi-GPU job is pinned to its own)
 
 
 def cuda_available() -> bool:

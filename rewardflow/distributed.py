@@ -3,6 +3,7 @@
 Every helper degrades to the identity when ``torch.distributed`` is not initialised, so a method's code is the same
 for 1 and N processes (e.g. Flow-GRPO gathers rewards across ranks before per-prompt advantages).
 """
+
 from __future__ import annotations
 
 import datetime

@@ -4,6 +4,7 @@ of every component collect them, so that a user sees all of a config's errors at
 A message always starts with the config key it is about and ends with the fix, e.g.
 ``method.clip_range: must be > 0 (got -0.1); DanceGRPO and Flow-GRPO use 1e-4``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -37,7 +38,7 @@ class ConfigErrors:
         """The full name of ``key`` where this collector checks (itself unless it is a view from :meth:`under`)."""
         old, new = self._rename
         if old and (key == old or key.startswith(old + ".")):
-            return new + key[len(old):]
+            return new + key[len(old) :]
         return key
 
     def require(self, ok: bool, key: str, message: str) -> bool:
@@ -54,7 +55,7 @@ class ConfigErrors:
         except ConfigError as e:
             self.messages.append(str(e))
 
-    def under(self, key: str, nested_key: str) -> "ConfigErrors":
+    def under(self, key: str, nested_key: str) -> ConfigErrors:
         """A view that records into this collector, with ``key`` (and the keys below it) renamed ``nested_key``."""
         view = ConfigErrors()
         view.messages = self.messages

@@ -4,6 +4,7 @@ Methods are compared by how many transformer passes they need, so the count is t
 assumed: a forward over a batch of B rows adds B; a backward through that output adds B. A batched forward of two
 JAGG endpoints is 2 forward and 2 backward sample-evaluations, exactly like two single-sample passes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -30,8 +31,10 @@ class NFECounter:
         self.forward += n
         out = output[0] if isinstance(output, (tuple, list)) else getattr(output, "sample", output)
         if torch.is_tensor(out) and out.requires_grad:
+
             def on_grad(grad, n=n):
                 self.backward += n
+
             out.register_hook(on_grad)
 
     def snapshot(self) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """The prompt list of a run's ``data`` config (``data.prompts`` inline, or the file at ``data.path``), read the same way
 by the prompt source (:mod:`launcher.data`) and by the config checks of components that need the prompts (a reward
 that scores a colour named in each prompt)."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,13 @@ SUPPORTED = (".txt", ".jsonl")
 DEFAULT_ENCODING = "utf-8"
 
 
-def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prompt",
-                 encoding: str = DEFAULT_ENCODING, key: str = "data.path") -> list[str]:
+def load_prompts(
+    prompts: list[str] | None,
+    path: str | None,
+    field: str = "prompt",
+    encoding: str = DEFAULT_ENCODING,
+    key: str = "data.path",
+) -> list[str]:
     """Read and check the prompt list. Errors name the config key (``key``: ``data.path``, or ``eval.prompts`` for
     the held-out prompts; ``data.field``, ``data.encoding``) and the fix."""
     if path is None:
@@ -23,8 +29,10 @@ def load_prompts(prompts: list[str] | None, path: str | None, field: str = "prom
         return [str(p) for p in prompts]
     p = Path(path).expanduser()
     if not p.is_file():
-        raise ConfigError(f"{key}={path!r}: no such file. Fix: point {key} at a .txt (one prompt per line) "
-                          f"or .jsonl file (one JSON object per line with key data.field={field!r})")
+        raise ConfigError(
+            f"{key}={path!r}: no such file. Fix: point {key} at a .txt (one prompt per line) "
+            f"or .jsonl file (one JSON object per line with key data.field={field!r})"
+        )
     if p.suffix not in SUPPORTED:
         raise ConfigError(f"{key}={path!r}: unsupported extension {p.suffix!r}; use one of {SUPPORTED}")
     out: list[str] = []
@@ -51,20 +59,26 @@ def read_text(p: Path, path: str, encoding: str, key: str = "data.path") -> str:
     """The file's text; a binary file, bytes that are not ``encoding`` or an unknown codec name a :class:`ConfigError`
     (a ``UnicodeDecodeError`` traceback before)."""
     data = p.read_bytes()
-    binary = ConfigError(f"{key}={path!r} is a binary file (NUL bytes), not {encoding} text. Fix: point {key} "
-                         f"at a .txt or .jsonl prompt file, or name its encoding with data.encoding=<codec> "
-                         f"(e.g. utf-16)")
+    binary = ConfigError(
+        f"{key}={path!r} is a binary file (NUL bytes), not {encoding} text. Fix: point {key} "
+        f"at a .txt or .jsonl prompt file, or name its encoding with data.encoding=<codec> "
+        f"(e.g. utf-16)"
+    )
     try:
         text = data.decode(encoding)
     except LookupError:
-        raise ConfigError(f"data.encoding={encoding!r} is not a text encoding Python knows. Fix: "
-                          f"data.encoding={DEFAULT_ENCODING} (or e.g. latin-1, cp1252, utf-16)") from None
+        raise ConfigError(
+            f"data.encoding={encoding!r} is not a text encoding Python knows. Fix: "
+            f"data.encoding={DEFAULT_ENCODING} (or e.g. latin-1, cp1252, utf-16)"
+        ) from None
     except UnicodeDecodeError as e:
         if b"\0" in data:
             raise binary from None
-        raise ConfigError(f"{key}={path!r} is not valid {encoding} text (byte {e.start}: {e.reason}). Fix: "
-                          f"convert it (`iconv -f <its encoding> -t utf-8`), or name its encoding with "
-                          f"data.encoding=<codec> (e.g. latin-1, cp1252)") from None
+        raise ConfigError(
+            f"{key}={path!r} is not valid {encoding} text (byte {e.start}: {e.reason}). Fix: "
+            f"convert it (`iconv -f <its encoding> -t utf-8`), or name its encoding with "
+            f"data.encoding=<codec> (e.g. latin-1, cp1252)"
+        ) from None
     if "\0" in text:
         raise binary
     return text

@@ -9,6 +9,7 @@ disk) before any model is built.
 Videos (B, F, 3, H, W) are scored frame by frame and reduced per video: ``mean`` over frames, or ``topk_mean``, the
 mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the top 30%).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -41,8 +42,12 @@ class Reward(nn.Module):
         ``cfg.reward`` set to its own config and ``errors`` naming its place (``errors.key("reward.path")``)."""
         r = cfg.reward
         if r.frame_reduce == FrameReduce.topk_mean:
-            errors.require(0 < r.frame_topk_frac <= 1, "reward.frame_topk_frac", f"must be in (0, 1] with "
-                           f"frame_reduce=topk_mean (got {r.frame_topk_frac}): the fraction of the frames averaged")
+            errors.require(
+                0 < r.frame_topk_frac <= 1,
+                "reward.frame_topk_frac",
+                f"must be in (0, 1] with "
+                f"frame_reduce=topk_mean (got {r.frame_topk_frac}): the fraction of the frames averaged",
+            )
 
     @classmethod
     def is_differentiable(cls, cfg: RewardConfig) -> bool:
@@ -86,8 +91,9 @@ class Reward(nn.Module):
             f = images.shape[1]
             return images.flatten(0, 1), [p for p in prompts for _ in range(f)], f
         if images.dim() != 4 or images.shape[1] != 3:
-            raise ValueError(f"{self.name}: expected images (B, 3, H, W) or videos (B, F, 3, H, W), "
-                             f"got {tuple(images.shape)}")
+            raise ValueError(
+                f"{self.name}: expected images (B, 3, H, W) or videos (B, F, 3, H, W), got {tuple(images.shape)}"
+            )
         return images, prompts, 0
 
     def reduce(self, scores: torch.Tensor, frames: int) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """The config fields every reward shares (:class:`rewards.base.Reward`)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from omegaconf import MISSING
 class FrameReduce(StrEnum):
     """How a video's per-frame scores become its score."""
 
-    mean = "mean"             # mean over frames
-    topk_mean = "topk_mean"   # mean of the best frame_topk_frac of the frames (the Flash-GRPO recipe: top 30 %)
+    mean = "mean"  # mean over frames
+    topk_mean = "topk_mean"  # mean of the best frame_topk_frac of the frames (the Flash-GRPO recipe: top 30 %)
 
 
 @dataclass

@@ -1,5 +1,6 @@
 """Brightness: the mean luminance of an image, a weighted sum of its channels (ITU-R BT.601 luma by default), in
 [0, 1]. Differentiable and prompt-free; docs/extending.md walks through it as the example of adding a reward."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,9 +23,12 @@ class BrightnessReward(Reward):
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
         w = list(cfg.reward.channel_weights)
-        errors.require(len(w) == 3 and min(w) >= 0 and abs(sum(w) - 1) < 1e-6, "reward.channel_weights",
-                       f"must be 3 non-negative weights (R, G, B) summing to 1 (got {w}). Fix: "
-                       f"reward.channel_weights=[0.299,0.587,0.114]")
+        errors.require(
+            len(w) == 3 and min(w) >= 0 and abs(sum(w) - 1) < 1e-6,
+            "reward.channel_weights",
+            f"must be 3 non-negative weights (R, G, B) summing to 1 (got {w}). Fix: "
+            f"reward.channel_weights=[0.299,0.587,0.114]",
+        )
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         luma = (images * self._weights.to(images.device, images.dtype)[None, :, None, None]).sum(1)

@@ -14,6 +14,7 @@ Subclasses provide the model, its tensor preprocessing and its two encoders. Thi
 Reward models are replicated on every rank, never sharded with the policy: they are not trained, and FSDP wraps
 only the backbone's transformer.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -40,8 +41,11 @@ class CLIPStyleReward(Reward):
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
-        errors.require(cfg.reward.dtype not in (Dtype.float64, Dtype.fp64), "reward.dtype",
-                       f"{cfg.reward.dtype} is not a compute dtype of the reward models. Fix: reward.dtype=auto")
+        errors.require(
+            cfg.reward.dtype not in (Dtype.float64, Dtype.fp64),
+            "reward.dtype",
+            f"{cfg.reward.dtype} is not a compute dtype of the reward models. Fix: reward.dtype=auto",
+        )
 
     # -- what a subclass provides ---------------------------------------------------------------------------------
     model: nn.Module

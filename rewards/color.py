@@ -3,6 +3,7 @@
 Cheap, differentiable and needs no download, so the CPU demo can show learning. A prompt must name exactly one of
 :data:`COLOURS` (checked up front). Score = ``1 - mean_pixels ||pixel - target||^2 / 3`` in [0, 1].
 """
+
 from __future__ import annotations
 
 import re
@@ -16,9 +17,18 @@ from rewards.base import Reward
 from rewards.color_config import ColorRewardConfig
 
 COLOURS = {
-    "red": (1.0, 0.0, 0.0), "green": (0.0, 1.0, 0.0), "blue": (0.0, 0.0, 1.0), "yellow": (1.0, 1.0, 0.0),
-    "cyan": (0.0, 1.0, 1.0), "magenta": (1.0, 0.0, 1.0), "white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0),
-    "orange": (1.0, 0.5, 0.0), "purple": (0.5, 0.0, 0.5), "pink": (1.0, 0.75, 0.8), "gray": (0.5, 0.5, 0.5),
+    "red": (1.0, 0.0, 0.0),
+    "green": (0.0, 1.0, 0.0),
+    "blue": (0.0, 0.0, 1.0),
+    "yellow": (1.0, 1.0, 0.0),
+    "cyan": (0.0, 1.0, 1.0),
+    "magenta": (1.0, 0.0, 1.0),
+    "white": (1.0, 1.0, 1.0),
+    "black": (0.0, 0.0, 0.0),
+    "orange": (1.0, 0.5, 0.0),
+    "purple": (0.5, 0.0, 0.5),
+    "pink": (1.0, 0.75, 0.8),
+    "gray": (0.5, 0.5, 0.5),
     "grey": (0.5, 0.5, 0.5),
 }
 _WORD = re.compile(r"[a-z]+")
@@ -39,11 +49,15 @@ class ColorReward(Reward):
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check(cfg, errors)
-        prompts = prompts_or_none(cfg.data) or []           # unreadable prompts: the data check reports them
+        prompts = prompts_or_none(cfg.data) or []  # unreadable prompts: the data check reports them
         bad = [p for p in prompts if len(set(named_colours(p))) != 1]
-        errors.require(not bad, "reward", f"reward=color needs every prompt to name exactly one colour of "
-                       f"{sorted(COLOURS)}; {len(bad)} do not, e.g. {bad[0] if bad else ''!r}. Fix: use data=demo "
-                       f"or a prompt file that names colours, or pick another reward")
+        errors.require(
+            not bad,
+            "reward",
+            f"reward=color needs every prompt to name exactly one colour of "
+            f"{sorted(COLOURS)}; {len(bad)} do not, e.g. {bad[0] if bad else ''!r}. Fix: use data=demo "
+            f"or a prompt file that names colours, or pick another reward",
+        )
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         idx = torch.tensor([self._index[named_colours(p)[0]] for p in prompts], device=images.device)

@@ -1,5 +1,6 @@
 """Config of reward=color: built in, differentiable, no download: how strongly the image shows the colour its
 prompt names."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -11,6 +11,7 @@ On latents decoded as "images" by :class:`models.toy_gaussian.ToyGaussianBackbon
 ``target`` (y) and ``direction`` (a) hold one value per image channel (1 or 3 values), broadcast over pixels, so the
 reward is defined (though meaningless) on real images too. Differentiable.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,8 +47,9 @@ class GaussianTiltReward(Reward):
             return -0.5 * self.gamma * ((images - self._per_channel(self._target, images)) ** 2).flatten(1).sum(1)
         return (images * self._per_channel(self._direction, images)).flatten(1).sum(1)
 
-    def tilted_gaussian(self, mu0: torch.Tensor, var0: torch.Tensor, reward_scale: float,
-                        channel_of_dim: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def tilted_gaussian(
+        self, mu0: torch.Tensor, var0: torch.Tensor, reward_scale: float, channel_of_dim: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mu*, var*)`` per dimension of the tilt of ``N(mu0, diag var0)`` by ``exp(reward_scale * r)``.
 
         ``channel_of_dim`` maps each latent dimension to its image channel (default: the toy's layout, dimension

@@ -1,5 +1,6 @@
 """Config of reward=gaussian_tilt: a differentiable toy reward with an analytic tilted target for Gaussian data
 (rewards/gaussian_tilt.py), meant for model=toy_gaussian (experiment=toy_eam / toy_am)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -9,8 +10,8 @@ from rewards.base_config import RewardConfig
 
 
 class TiltKind(StrEnum):
-    quadratic = "quadratic"   # -gamma/2 ||x - target||^2
-    linear = "linear"         # direction . x
+    quadratic = "quadratic"  # -gamma/2 ||x - target||^2
+    linear = "linear"  # direction . x
 
 
 @dataclass
@@ -19,7 +20,7 @@ class GaussianTiltRewardConfig(RewardConfig):
     name: str = "gaussian_tilt"
     kind: TiltKind = TiltKind.quadratic
     gamma: float = 1.0
-    target: list[float] = field(default_factory=lambda: [2.0, 1.0, -1.0])   # per image channel (1 or 3 values)
+    target: list[float] = field(default_factory=lambda: [2.0, 1.0, -1.0])  # per image channel (1 or 3 values)
     direction: list[float] = field(default_factory=lambda: [1.0])
 
 

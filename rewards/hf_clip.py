@@ -17,6 +17,7 @@ Scales, which the peers disagree on (docs/rewards.md#conventions):
 Under GRPO a constant scale cancels in the per-group advantages; it matters for logged values, for weighted sums
 (``reward=multi``) and for adjoint methods, whose reward gradient it scales.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -29,7 +30,7 @@ from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
 from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
 from rewards.weights import HF_PROCESSOR, HF_WEIGHTS, require_files
 
-BICUBIC = 3   # PIL.Image.Resampling.BICUBIC, the value processors store
+BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, the value processors store
 
 
 def _setting(d, key: str):
@@ -90,8 +91,9 @@ class HFCLIPReward(CLIPStyleReward):
         with errors.collect():
             require_files(f"{key}.path", r.path, ["config.json", HF_WEIGHTS])
         with errors.collect():
-            require_files(f"{key}.processor_path" if r.processor_path else f"{key}.path", r.processor_path or r.path,
-                          HF_PROCESSOR)
+            require_files(
+                f"{key}.processor_path" if r.processor_path else f"{key}.path", r.processor_path or r.path, HF_PROCESSOR
+            )
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         if self.shortest_edge:
@@ -104,10 +106,10 @@ class HFCLIPReward(CLIPStyleReward):
         return _features(self.model.get_image_features(pixel_values=pixels))
 
     def encode_texts(self, prompts: list[str]) -> torch.Tensor:
-        tok = self.tokenizer(prompts, padding=True, truncation=True, max_length=self.max_text_tokens,
-                             return_tensors="pt").to(next(self.model.parameters()).device)
-        return _features(self.model.get_text_features(input_ids=tok["input_ids"],
-                                                      attention_mask=tok["attention_mask"]))
+        tok = self.tokenizer(
+            prompts, padding=True, truncation=True, max_length=self.max_text_tokens, return_tensors="pt"
+        ).to(next(self.model.parameters()).device)
+        return _features(self.model.get_text_features(input_ids=tok["input_ids"], attention_mask=tok["attention_mask"]))
 
     def cosine_scale(self) -> float:
         return self.logit_scale / self.divide_by

@@ -8,6 +8,7 @@ no separate LAION base weights are needed. The ``hpsv2`` package's ``score()`` d
 is explicit. Preprocessing is HPSv2's eval transform as tensor ops: longest side to 224, pad with black (no crop),
 OpenAI CLIP mean/std (:mod:`rewards.preprocess`). The tokenizer is open_clip's bundled BPE (no download).
 """
+
 from __future__ import annotations
 
 import pickle
@@ -48,15 +49,22 @@ class HPSv21Reward(CLIPStyleReward):
         arch_name = register_arch(cfg.arch)
         checkpoint = fetch_file(cfg.path, cfg.filename)
         try:
-            self.model = open_clip.create_model(arch_name, pretrained=str(checkpoint), weights_only=True,
-                                                require_pretrained=True, precision="fp32", device="cpu")
+            self.model = open_clip.create_model(
+                arch_name,
+                pretrained=str(checkpoint),
+                weights_only=True,
+                require_pretrained=True,
+                precision="fp32",
+                device="cpu",
+            )
         except pickle.UnpicklingError as e:
             raise RuntimeError(
                 f"{checkpoint} holds more than tensors, so it cannot be loaded with weights_only=True ({e}). Fix: "
                 f"convert it once where you trust the file: python -c \"import torch, safetensors.torch as s; "
                 f"sd = torch.load('{checkpoint}', weights_only=False)['state_dict']; "
                 f"s.save_file({{k: v.contiguous() for k, v in sd.items()}}, 'HPS_v2.1.safetensors')\" and set "
-                f"reward.path to the .safetensors file") from None
+                f"reward.path to the .safetensors file"
+            ) from None
         self.tokenizer = open_clip.get_tokenizer(arch_name)
         size = self.model.visual.image_size
         self.image_size = int(size if isinstance(size, int) else size[0])
@@ -69,14 +77,21 @@ class HPSv21Reward(CLIPStyleReward):
         with errors.collect():
             require_files(f"{key}.path", cfg.reward.path, [cfg.reward.filename], allow_file=True)
         if arch.endswith(".json"):
-            errors.require(Path(arch).expanduser().is_file(), "reward.arch",
-                           f"{arch!r}: no such open_clip model config. Fix: {key}.arch=ViT-H-14")
+            errors.require(
+                Path(arch).expanduser().is_file(),
+                "reward.arch",
+                f"{arch!r}: no such open_clip model config. Fix: {key}.arch=ViT-H-14",
+            )
         else:
             import open_clip
 
-            errors.require(arch in open_clip.list_models(), "reward.arch", f"{arch!r} is not an open_clip "
-                           f"architecture. Fix: {key}.arch=ViT-H-14 (HPSv2.1), or a path to an open_clip "
-                           f"model-config .json")
+            errors.require(
+                arch in open_clip.list_models(),
+                "reward.arch",
+                f"{arch!r} is not an open_clip "
+                f"architecture. Fix: {key}.arch=ViT-H-14 (HPSv2.1), or a path to an open_clip "
+                f"model-config .json",
+            )
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         return normalize(resize_longest_and_pad(images, self.image_size))

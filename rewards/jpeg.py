@@ -1,4 +1,5 @@
 """JPEG compressibility (DDPO's classic non-differentiable reward): minus the JPEG size in kilobytes."""
+
 from __future__ import annotations
 
 import io

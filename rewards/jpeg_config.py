@@ -1,4 +1,5 @@
 """Config of reward=jpeg: built in, not differentiable (DDPO): minus the JPEG size in kB."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

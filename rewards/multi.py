@@ -9,6 +9,7 @@ logged but not optimised: a held-out evaluation reward.
 The sum is differentiable when every component with a non-zero weight is; non-differentiable components are scored
 under ``no_grad``. Videos are reduced once, on the weighted per-frame sum, by this reward's ``frame_reduce``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -35,8 +36,10 @@ def component_class(cfg: RewardConfig, key: str) -> type[Reward]:
     try:
         cls = get_class(target)
     except Exception as e:  # noqa: BLE001 - hydra wraps import errors
-        raise ConfigError(f"{key}._target_={target!r} cannot be imported ({e}). Fix: compose the component from a "
-                          f"reward option, e.g. +reward@reward.components.<name>=hps") from None
+        raise ConfigError(
+            f"{key}._target_={target!r} cannot be imported ({e}). Fix: compose the component from a "
+            f"reward option, e.g. +reward@reward.components.<name>=hps"
+        ) from None
     if not (isinstance(cls, type) and issubclass(cls, Reward)):
         raise ConfigError(f"{key}._target_={target!r} is not a rewards.base.Reward")
     return cls
@@ -57,8 +60,10 @@ class MultiReward(Reward):
             components = {n: component_class(c, f"reward.components.{n}")(c) for n, c in cfg.components.items()}
         components, weights = dict(components), {k: float(v) for k, v in dict(cfg.weights).items()}
         if not components or set(components) != set(weights):
-            raise ValueError(f"reward=multi needs one weight per component: components {sorted(components)}, "
-                             f"weights {sorted(weights)}")
+            raise ValueError(
+                f"reward=multi needs one weight per component: components {sorted(components)}, "
+                f"weights {sorted(weights)}"
+            )
         self.components = nn.ModuleDict(components)
         self.weights = weights
         self.normalizers = nn.ModuleDict({n: ScoreNormalizer(cfg.normalize, cfg.norm_momentum) for n in components})
@@ -71,19 +76,33 @@ class MultiReward(Reward):
         super().check(cfg, errors)
         r, key = cfg.reward, errors.key("reward")
         components, weights = r.components, r.weights
-        errors.require(bool(components), "reward.components", f"is empty. Fix: add one, e.g. "
-                       f"+reward@{key}.components.hps=hps +{key}.weights.hps=1.0")
-        errors.require(set(components) == set(weights), "reward.weights", f"must name exactly the components: "
-                       f"components {sorted(components)}, weights {sorted(weights)}. Fix: set {key}.weights.<name> "
-                       f"for each component (0 = score and log only)")
+        errors.require(
+            bool(components),
+            "reward.components",
+            f"is empty. Fix: add one, e.g. +reward@{key}.components.hps=hps +{key}.weights.hps=1.0",
+        )
+        errors.require(
+            set(components) == set(weights),
+            "reward.weights",
+            f"must name exactly the components: "
+            f"components {sorted(components)}, weights {sorted(weights)}. Fix: set {key}.weights.<name> "
+            f"for each component (0 = score and log only)",
+        )
         for n, w in weights.items():
-            errors.require(math.isfinite(w), f"reward.weights.{n}", f"must be a finite number (got {w}): a NaN or "
-                           f"infinite weight makes every step's reward NaN. Fix: {key}.weights.{n}=1.0 (0 = score "
-                           f"and log only)")
+            errors.require(
+                math.isfinite(w),
+                f"reward.weights.{n}",
+                f"must be a finite number (got {w}): a NaN or "
+                f"infinite weight makes every step's reward NaN. Fix: {key}.weights.{n}=1.0 (0 = score "
+                f"and log only)",
+            )
         errors.require(0 < r.norm_momentum <= 1, "reward.norm_momentum", f"must be in (0, 1] (got {r.norm_momentum})")
         for n, c in components.items():
-            if not errors.require(n not in RESERVED and "/" not in n, f"reward.components.{n}",
-                                  f"the name is taken by reward/{n} or not a metric name; rename the component"):
+            if not errors.require(
+                n not in RESERVED and "/" not in n,
+                f"reward.components.{n}",
+                f"the name is taken by reward/{n} or not a metric name; rename the component",
+            ):
                 continue
             with errors.collect():
                 component = component_class(c, errors.key(f"reward.components.{n}"))
@@ -91,9 +110,10 @@ class MultiReward(Reward):
 
     @classmethod
     def is_differentiable(cls, cfg: MultiRewardConfig) -> bool:
-        return all(cfg.weights.get(n, 1.0) == 0
-                   or component_class(c, f"reward.components.{n}").is_differentiable(c)
-                   for n, c in cfg.components.items())
+        return all(
+            cfg.weights.get(n, 1.0) == 0 or component_class(c, f"reward.components.{n}").is_differentiable(c)
+            for n, c in cfg.components.items()
+        )
 
     # -- scoring --------------------------------------------------------------------------------------------------
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
@@ -124,7 +144,7 @@ class MultiReward(Reward):
             if w != 0:
                 term = w * self.normalizers[n](raw)
                 total = term if total is None else total + term
-        if total is None:                    # every weight 0: logging-only run
+        if total is None:  # every weight 0: logging-only run
             first = next(iter(raws.values()))
             total = torch.zeros(first.shape[0], device=first.device)
         return total
@@ -134,10 +154,15 @@ class MultiReward(Reward):
         """The weighted sum of the components' raw scores, not normalised: training's normalisers keep running
         statistics and batch z-scores depend on the batch, so neither belongs on a fixed ruler (with
         ``normalize=none`` this is the trained reward). Training's statistics and logged sums stay untouched."""
+
         def raw_sum(frames: torch.Tensor, frame_prompts: list[str]) -> torch.Tensor:
-            terms = [self.weights[n] * c.score(frames, frame_prompts).float() for n, c in self.components.items()
-                     if self.weights[n] != 0]
+            terms = [
+                self.weights[n] * c.score(frames, frame_prompts).float()
+                for n, c in self.components.items()
+                if self.weights[n] != 0
+            ]
             return sum(terms) if terms else torch.zeros(frames.shape[0], device=frames.device)
+
         return self.per_image(raw_sum, images, prompts)
 
     def _record(self, name: str, raw: torch.Tensor) -> None:

@@ -16,6 +16,7 @@ gradient divided by its spread. They are summed over ranks when ``torch.distribu
 rank applies the same transform; this makes a call a collective, which holds for the trainer's once-per-step
 scoring on every rank.
 """
+
 from __future__ import annotations
 
 import torch
@@ -55,7 +56,7 @@ class ScoreNormalizer(nn.Module):
             with torch.no_grad():
                 rate = self.momentum if bool(self.initialized) else 1.0
                 self.mean.lerp_(mean, rate)
-                if n >= 2:                  # a single score says nothing about the spread
+                if n >= 2:  # a single score says nothing about the spread
                     self.var.lerp_(var, rate)
                 self.initialized.fill_(True)
             mean, var = self.mean, self.var

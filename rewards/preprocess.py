@@ -9,6 +9,7 @@ Resampling is bicubic with ``antialias=True``: torch's anti-aliased bicubic kern
 and PIL's support widening when downscaling, whereas plain ``mode="bicubic"`` uses a = -0.75 and aliases when a
 1024 px image goes to 224 px. PIL writes uint8, so results are clamped to [0, 1] like PIL's output.
 """
+
 from __future__ import annotations
 
 import torch
@@ -54,7 +55,7 @@ def resize_shortest_and_center_crop(images: torch.Tensor, size: int, crop: tuple
     if ch > new_h or cw > new_w:
         raise ValueError(f"centre crop {crop} is larger than the resized image {(new_h, new_w)}")
     top, left = (new_h - ch) // 2, (new_w - cw) // 2
-    return out[..., top:top + ch, left:left + cw]
+    return out[..., top : top + ch, left : left + cw]
 
 
 def normalize(images: torch.Tensor, mean=CLIP_MEAN, std=CLIP_STD) -> torch.Tensor:

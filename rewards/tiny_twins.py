@@ -15,6 +15,7 @@ All score at 224 px (patch 32, so 7 x 7 tokens), so the real resize/pad/crop geo
 the twins test plumbing, shapes and gradients, not preferences. ``python -m rewards.tiny_twins`` prints the
 overrides that select them.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,13 +24,24 @@ from pathlib import Path
 import torch
 
 OPEN_CLIP_ARCH = "rewardflow-tiny-ViT"
-OPEN_CLIP_CFG = {"embed_dim": 32,
-                 "vision_cfg": {"image_size": 224, "layers": 2, "width": 32, "head_width": 16, "patch_size": 32},
-                 "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2}}
-HF_VISION = dict(image_size=224, patch_size=32, hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                 num_attention_heads=4)
-HF_TEXT = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-               max_position_embeddings=77, bos_token_id=0, eos_token_id=1, pad_token_id=1)
+OPEN_CLIP_CFG = {
+    "embed_dim": 32,
+    "vision_cfg": {"image_size": 224, "layers": 2, "width": 32, "head_width": 16, "patch_size": 32},
+    "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 2},
+}
+HF_VISION = dict(
+    image_size=224, patch_size=32, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4
+)
+HF_TEXT = dict(
+    hidden_size=32,
+    intermediate_size=37,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=77,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=1,
+)
 VERSION = 2
 
 
@@ -41,7 +53,7 @@ def build_tiny_hps(folder: Path, seed: int = 0) -> None:
     cfg_path = folder / f"{OPEN_CLIP_ARCH}.json"
     cfg_path.write_text(json.dumps(OPEN_CLIP_CFG, indent=2))
     open_clip.add_model_config(cfg_path)
-    with torch.random.fork_rng(devices=[]):      # leave the caller's RNG alone
+    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG alone
         torch.manual_seed(seed)
         model = open_clip.create_model(OPEN_CLIP_ARCH)
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
@@ -50,10 +62,17 @@ def build_tiny_hps(folder: Path, seed: int = 0) -> None:
 
 
 # preprocessor_config.json as the released CLIP repos still ship it (transformers 4 era: int sizes)
-LEGACY_PREPROCESSOR = {"crop_size": 224, "do_center_crop": True, "do_normalize": True, "do_resize": True,
-                       "feature_extractor_type": "CLIPFeatureExtractor",
-                       "image_mean": [0.48145466, 0.4578275, 0.40821073],
-                       "image_std": [0.26862954, 0.26130258, 0.27577711], "resample": 3, "size": 224}
+LEGACY_PREPROCESSOR = {
+    "crop_size": 224,
+    "do_center_crop": True,
+    "do_normalize": True,
+    "do_resize": True,
+    "feature_extractor_type": "CLIPFeatureExtractor",
+    "image_mean": [0.48145466, 0.4578275, 0.40821073],
+    "image_std": [0.26862954, 0.26130258, 0.27577711],
+    "resample": 3,
+    "size": 224,
+}
 
 
 def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, legacy_processor: bool = False) -> None:
@@ -68,8 +87,9 @@ def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, lega
     tok = make_clip_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = CLIPModel(CLIPConfig(text_config=dict(vocab_size=len(tok), **HF_TEXT), vision_config=HF_VISION,
-                                     projection_dim=32)).eval()
+        model = CLIPModel(
+            CLIPConfig(text_config=dict(vocab_size=len(tok), **HF_TEXT), vision_config=HF_VISION, projection_dim=32)
+        ).eval()
     save_on_any_rank(model).save_pretrained(model_dir)
     if legacy_processor:
         processor_dir.mkdir(parents=True, exist_ok=True)
@@ -86,8 +106,9 @@ def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0)
 
     def write(folder: Path) -> None:
         build_tiny_hps(folder / "hps", seed)
-        build_tiny_hf_clip(folder / "pickscore" / "model", folder / "pickscore" / "processor", seed + 1,
-                           legacy_processor=True)
+        build_tiny_hf_clip(
+            folder / "pickscore" / "model", folder / "pickscore" / "processor", seed + 1, legacy_processor=True
+        )
         build_tiny_hf_clip(folder / "clip", folder / "clip", seed + 2)
         (folder / "done").write_text("")
 
@@ -100,13 +121,16 @@ def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[
     if reward == "hps":
         return [f"{key}.path={root / 'hps'}", f"{key}.arch={root / 'hps' / (OPEN_CLIP_ARCH + '.json')}"]
     if reward == "pickscore":
-        return [f"{key}.path={root / 'pickscore' / 'model'}",
-                f"{key}.processor_path={root / 'pickscore' / 'processor'}"]
+        return [
+            f"{key}.path={root / 'pickscore' / 'model'}",
+            f"{key}.processor_path={root / 'pickscore' / 'processor'}",
+        ]
     if reward == "clip":
         return [f"{key}.path={root / 'clip'}"]
     if reward == "multi":
-        return [o for c in ("hps", "pickscore", "clip")
-                for o in tiny_reward_overrides(root, c, f"{key}.components.{c}")]
+        return [
+            o for c in ("hps", "pickscore", "clip") for o in tiny_reward_overrides(root, c, f"{key}.components.{c}")
+        ]
     return []
 
 

@@ -5,6 +5,7 @@ read from the local Hugging Face cache and, when the hub is reachable, downloade
 (``HF_HUB_OFFLINE=1``, the usual state of cluster compute nodes), a missing file is a :class:`ConfigError` raised by
 :func:`require_files` at config validation, before any model is built, naming the file and how to get it.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,12 @@ def _alternatives(spec) -> tuple[str, ...]:
 
 def _download_hint(key: str, repo: str, files: FileSpec) -> str:
     local = repo.split("/")[-1]
-    what = f"{repo} {_alternatives(files[0])[0]}" if len(files) == 1 else repo     # one file, or the whole repo
-    return (f"Fix: on a machine with internet run `hf download {what} --local-dir {local}` "
-            f"(https://huggingface.co/{repo}), copy {local}/ here and set {key}=/path/to/{local}; or copy a "
-            f"Hugging Face cache holding it to $HF_HOME")
+    what = f"{repo} {_alternatives(files[0])[0]}" if len(files) == 1 else repo  # one file, or the whole repo
+    return (
+        f"Fix: on a machine with internet run `hf download {what} --local-dir {local}` "
+        f"(https://huggingface.co/{repo}), copy {local}/ here and set {key}=/path/to/{local}; or copy a "
+        f"Hugging Face cache holding it to $HF_HOME"
+    )
 
 
 def require_files(key: str, source: str, files: FileSpec, allow_file: bool = False) -> None:
@@ -56,27 +59,33 @@ def require_files(key: str, source: str, files: FileSpec, allow_file: bool = Fal
     if is_local(source):
         p = Path(source).expanduser()
         if not p.exists():
-            raise ConfigError(f"{key}={source!r}: no such file or folder. Fix: point {key} at the local weights "
-                              f"(a folder holding {_describe(files)}), or at a hub id such as 'owner/name'")
+            raise ConfigError(
+                f"{key}={source!r}: no such file or folder. Fix: point {key} at the local weights "
+                f"(a folder holding {_describe(files)}), or at a hub id such as 'owner/name'"
+            )
         if p.is_file():
             if allow_file:
-                return                              # the weights file given directly
+                return  # the weights file given directly
             raise ConfigError(f"{key}={source!r} is a file; it must be a folder holding {_describe(files)}")
         for spec in files:
             alts = _alternatives(spec)
             if not any((p / a).exists() for a in alts):
-                raise ConfigError(f"{key}={source!r}: the folder has no {' or '.join(alts)}. Fix: point {key} at "
-                                  f"a folder holding {_describe(files)}")
+                raise ConfigError(
+                    f"{key}={source!r}: the folder has no {' or '.join(alts)}. Fix: point {key} at "
+                    f"a folder holding {_describe(files)}"
+                )
         return
     if not hub_offline():
-        return                                      # downloaded (or read from the cache) when the reward is built
+        return  # downloaded (or read from the cache) when the reward is built
     from huggingface_hub import try_to_load_from_cache
 
     for spec in files:
         alts = _alternatives(spec)
         if not any(isinstance(try_to_load_from_cache(source, a), str) for a in alts):
-            raise ConfigError(f"{key}={source!r}: {alts[0]} is not in the local Hugging Face cache and the hub is "
-                              f"offline (HF_HUB_OFFLINE=1). {_download_hint(key, source, files)}")
+            raise ConfigError(
+                f"{key}={source!r}: {alts[0]} is not in the local Hugging Face cache and the hub is "
+                f"offline (HF_HUB_OFFLINE=1). {_download_hint(key, source, files)}"
+            )
 
 
 def fetch_file(source: str, filename: str) -> Path:

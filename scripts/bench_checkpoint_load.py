@@ -10,6 +10,7 @@ runs the check, in alternating order; every figure is the median over the rounds
 
 The last output line is one JSON object (``safe_over_plain_load``, ``check_over_plain_load`` and the times in s).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def main() -> None:
 
     ways = {
         "plain_load_s": lambda: dcp.load(target(), checkpoint_id=str(path), no_dist=True),
-        "safe_load_s": lambda: dcp.load(target(), storage_reader=SafeFileSystemReader(str(path)),
-                                        planner=SafeLoadPlanner(), no_dist=True),
+        "safe_load_s": lambda: dcp.load(
+            target(), storage_reader=SafeFileSystemReader(str(path)), planner=SafeLoadPlanner(), no_dist=True
+        ),
         "check_s": lambda: manager.problem(path),
     }
     times: dict[str, list[float]] = {k: [] for k in ways}
@@ -65,10 +67,17 @@ def main() -> None:
     print(f"{params / 1e6:.1f} M parameters + AdamW state, checkpoint {size_mb:.0f} MB, {args.rounds} rounds")
     for name, value in med.items():
         print(f"  {name}: {value * 1000:.1f} ms")
-    print(json.dumps({"safe_over_plain_load": round(med["safe_load_s"] / med["plain_load_s"], 3),
-                      "check_over_plain_load": round(med["check_s"] / med["plain_load_s"], 3),
-                      **{k: round(v, 4) for k, v in med.items()}, "parameters": params,
-                      "checkpoint_mb": round(size_mb, 1)}))
+    print(
+        json.dumps(
+            {
+                "safe_over_plain_load": round(med["safe_load_s"] / med["plain_load_s"], 3),
+                "check_over_plain_load": round(med["check_s"] / med["plain_load_s"], 3),
+                **{k: round(v, 4) for k, v in med.items()},
+                "parameters": params,
+                "checkpoint_mb": round(size_mb, 1),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

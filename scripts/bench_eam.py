@@ -25,6 +25,7 @@ The last output line is one JSON object with every figure (``iter_time_ratio_am_
 ``nfe_ratio_am_over_eam`` first). Run: ``.venv/bin/python scripts/bench_eam.py`` (about 10 min on 2 free cores;
 ``--parts cost`` takes about a minute).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-                  HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    WANDB_MODE="disabled",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    TOKENIZERS_PARALLELISM="false",
+)
 
 import torch  # noqa: E402
 
@@ -48,8 +54,12 @@ from launcher.config import compose  # noqa: E402
 
 COST_VARIANTS = {
     "eam": ["method=eam"],
-    "eam_parity": ["method=eam", "method.loss_timesteps=20", "method.time_sampling=am_grid",
-                   "method.sampling_steps=40"],
+    "eam_parity": [
+        "method=eam",
+        "method.loss_timesteps=20",
+        "method.time_sampling=am_grid",
+        "method.sampling_steps=40",
+    ],
     "adjoint_matching": ["method=adjoint_matching", "method.sampling_steps=40"],
 }
 
@@ -81,60 +91,85 @@ def cost_model_overrides(config: str, device: str) -> list[str]:
 
 def bench_cost(args) -> dict:
     b = args.prompts * args.group
-    common = [f"trainer.threads={args.threads}", f"method.prompts_per_step={args.prompts}",
-              f"method.group_size={args.group}", f"method.update_batch={args.update_batch}",
-              f"model.finetune={args.finetune}",
-              f"model.height={args.size}", f"model.width={args.size}", *cost_model_overrides(args.config, args.device)]
+    common = [
+        f"trainer.threads={args.threads}",
+        f"method.prompts_per_step={args.prompts}",
+        f"method.group_size={args.group}",
+        f"method.update_batch={args.update_batch}",
+        f"model.finetune={args.finetune}",
+        f"model.height={args.size}",
+        f"model.width={args.size}",
+        *cost_model_overrides(args.config, args.device),
+    ]
     trainers = {name: make_trainer([*ov, *common]) for name, ov in COST_VARIANTS.items()}
     names = list(trainers)
     rec: dict[str, list[dict]] = {n: [] for n in names}
     recorders = {n: CallRecorder(t.backbone) for n, t in trainers.items()}
     calls = {}
     for r in range(args.warmup + args.rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
+        for name in names if r % 2 == 0 else names[::-1]:
             recorders[name].active = True
             m = trainers[name].train_step(r)
             recorders[name].active = False
-            calls[name] = recorders[name].take()              # the same calls every iteration
+            calls[name] = recorders[name].take()  # the same calls every iteration
             if r >= args.warmup:
                 rec[name].append(m)
     clock = "wall" if trainers[names[0]].backbone.device.type == "cuda" else "cpu"
     costs = probe_costs(trainers["eam"].backbone, set().union(*calls.values()), args.probe_reps, clock)
-    say(f"\n== 1. per-iteration cost: Flux twin, {args.config} transformer ({args.finetune}) on "
+    say(
+        f"\n== 1. per-iteration cost: Flux twin, {args.config} transformer ({args.finetune}) on "
         f"{trainers[names[0]].backbone.device}, {args.size}x{args.size}, reward=color, {b} samples per iteration, "
-        f"{args.rounds} alternating rounds after {args.warmup} warm-up ==")
-    say(f"{'method':<18}{'s/iter (median)':>16}{'rollout s':>11}{'reward s':>10}{'update s':>10}"
-        f"{'fwd/sample':>12}{'bwd/sample':>12}{'NFE/sample':>12}")
+        f"{args.rounds} alternating rounds after {args.warmup} warm-up =="
+    )
+    say(
+        f"{'method':<18}{'s/iter (median)':>16}{'rollout s':>11}{'reward s':>10}{'update s':>10}"
+        f"{'fwd/sample':>12}{'bwd/sample':>12}{'NFE/sample':>12}"
+    )
     out = {}
     for name in names:
         rows = rec[name]
-        med = {k: statistics.median(r[k] for r in rows) for k in ("time/step_s", "time/rollout_s", "time/reward_s",
-                                                                  "time/update_s")}
+        med = {
+            k: statistics.median(r[k] for r in rows)
+            for k in ("time/step_s", "time/rollout_s", "time/reward_s", "time/update_s")
+        }
         fwd, bwd = rows[-1]["count/transformer_fwd"] / b, rows[-1]["count/transformer_bwd"] / b
         out[name] = {"iter_s": med["time/step_s"], "fwd": fwd, "bwd": bwd, "nfe": fwd + bwd}
-        say(f"{name:<18}{med['time/step_s']:>16.3f}{med['time/rollout_s']:>11.3f}{med['time/reward_s']:>10.3f}"
-            f"{med['time/update_s']:>10.3f}{fwd:>12.0f}{bwd:>12.0f}{fwd + bwd:>12.0f}")
+        say(
+            f"{name:<18}{med['time/step_s']:>16.3f}{med['time/rollout_s']:>11.3f}{med['time/reward_s']:>10.3f}"
+            f"{med['time/update_s']:>10.3f}{fwd:>12.0f}{bwd:>12.0f}{fwd + bwd:>12.0f}"
+        )
     am, eam, par = out["adjoint_matching"], out["eam"], out["eam_parity"]
-    res = {"iter_time_ratio_am_over_eam": am["iter_s"] / eam["iter_s"],
-           "nfe_ratio_am_over_eam": am["nfe"] / eam["nfe"],
-           "iter_time_ratio_am_over_eam_parity": am["iter_s"] / par["iter_s"],
-           "nfe_ratio_am_over_eam_parity": am["nfe"] / par["nfe"],
-           "am_iter_s": am["iter_s"], "eam_iter_s": eam["iter_s"], "eam_parity_iter_s": par["iter_s"],
-           "am_nfe_per_sample": am["nfe"], "eam_nfe_per_sample": eam["nfe"], "eam_parity_nfe_per_sample": par["nfe"],
-           "ideal_iter_time_ratio_am_over_eam": priced(calls["adjoint_matching"], costs) / priced(calls["eam"], costs),
-           "ideal_iter_time_ratio_am_over_eam_parity": (priced(calls["adjoint_matching"], costs)
-                                                        / priced(calls["eam_parity"], costs)),
-           "calls_per_iteration": {n: describe(c) for n, c in calls.items()},
-           "cost_config": args.config, "cost_device": str(trainers[names[0]].backbone.device), "cost_size": args.size,
-           "cost_update_batch": args.update_batch}
+    res = {
+        "iter_time_ratio_am_over_eam": am["iter_s"] / eam["iter_s"],
+        "nfe_ratio_am_over_eam": am["nfe"] / eam["nfe"],
+        "iter_time_ratio_am_over_eam_parity": am["iter_s"] / par["iter_s"],
+        "nfe_ratio_am_over_eam_parity": am["nfe"] / par["nfe"],
+        "am_iter_s": am["iter_s"],
+        "eam_iter_s": eam["iter_s"],
+        "eam_parity_iter_s": par["iter_s"],
+        "am_nfe_per_sample": am["nfe"],
+        "eam_nfe_per_sample": eam["nfe"],
+        "eam_parity_nfe_per_sample": par["nfe"],
+        "ideal_iter_time_ratio_am_over_eam": priced(calls["adjoint_matching"], costs) / priced(calls["eam"], costs),
+        "ideal_iter_time_ratio_am_over_eam_parity": (
+            priced(calls["adjoint_matching"], costs) / priced(calls["eam_parity"], costs)
+        ),
+        "calls_per_iteration": {n: describe(c) for n, c in calls.items()},
+        "cost_config": args.config,
+        "cost_device": str(trainers[names[0]].backbone.device),
+        "cost_size": args.size,
+        "cost_update_batch": args.update_batch,
+    }
     for name in names:
         say(f"{name} calls per iteration (update_batch {args.update_batch}): {describe(calls[name])}")
-    say(f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration (ideal "
+    say(
+        f"AM / EAM: {res['iter_time_ratio_am_over_eam']:.2f}x wall-clock per iteration (ideal "
         f"{res['ideal_iter_time_ratio_am_over_eam']:.2f}x: the calls made, at their measured costs), "
         f"{res['nfe_ratio_am_over_eam']:.2f}x transformer passes; AM / EAM-parity (K_t = 20): "
         f"{res['iter_time_ratio_am_over_eam_parity']:.2f}x "
         f"(ideal {res['ideal_iter_time_ratio_am_over_eam_parity']:.2f}x), "
-        f"{res['nfe_ratio_am_over_eam_parity']:.2f}x")
+        f"{res['nfe_ratio_am_over_eam_parity']:.2f}x"
+    )
     return res
 
 
@@ -148,8 +183,10 @@ def toy_errors(trainer) -> tuple[float, float]:
 
 
 def bench_toy(args) -> dict:
-    say(f"\n== 2. Gaussian toy (experiment=toy_eam / toy_am, {args.toy_steps} steps each): reward and distance to "
-        f"the analytic tilted target against training wall-clock ==")
+    say(
+        f"\n== 2. Gaussian toy (experiment=toy_eam / toy_am, {args.toy_steps} steps each): reward and distance to "
+        f"the analytic tilted target against training wall-clock =="
+    )
     out = {}
     for name, exp in (("eam", "toy_eam"), ("adjoint_matching", "toy_am")):
         trainer = make_trainer([f"experiment={exp}", f"trainer.steps={args.toy_steps}"])
@@ -171,16 +208,30 @@ def bench_toy(args) -> dict:
                     hit = wall
                 if hit10 is None and dm < 0.1 and dv < 0.1:
                     hit10 = wall
-        out[name] = {"final_dmean": curve[-1][3], "final_dvar": curve[-1][4], "wall_s": curve[-1][1],
-                     "time_to_target_s": hit, "time_to_0.1_s": hit10, "s_per_iter": curve[-1][1] / args.toy_steps}
-        fmt = lambda v: "never" if v is None else f"{v:.2f} s"   # noqa: E731
-        say(f"   within 0.1 of the target after {fmt(hit10)}, within 0.05 after {fmt(hit)} of training "
-            f"({curve[-1][1] / args.toy_steps:.3f} s/iter; batches differ: see conf/experiment/toy_*.yaml)")
+        out[name] = {
+            "final_dmean": curve[-1][3],
+            "final_dvar": curve[-1][4],
+            "wall_s": curve[-1][1],
+            "time_to_target_s": hit,
+            "time_to_0.1_s": hit10,
+            "s_per_iter": curve[-1][1] / args.toy_steps,
+        }
+        fmt = lambda v: "never" if v is None else f"{v:.2f} s"  # noqa: E731
+        say(
+            f"   within 0.1 of the target after {fmt(hit10)}, within 0.05 after {fmt(hit)} of training "
+            f"({curve[-1][1] / args.toy_steps:.3f} s/iter; batches differ: see conf/experiment/toy_*.yaml)"
+        )
     e, a = out["eam"], out["adjoint_matching"]
-    res = {"toy_eam_final_dmean": e["final_dmean"], "toy_eam_final_dvar": e["final_dvar"],
-           "toy_am_final_dmean": a["final_dmean"], "toy_am_final_dvar": a["final_dvar"],
-           "toy_eam_time_to_0.05_s": e["time_to_target_s"], "toy_am_time_to_0.05_s": a["time_to_target_s"],
-           "toy_eam_time_to_0.1_s": e["time_to_0.1_s"], "toy_am_time_to_0.1_s": a["time_to_0.1_s"]}
+    res = {
+        "toy_eam_final_dmean": e["final_dmean"],
+        "toy_eam_final_dvar": e["final_dvar"],
+        "toy_am_final_dmean": a["final_dmean"],
+        "toy_am_final_dvar": a["final_dvar"],
+        "toy_eam_time_to_0.05_s": e["time_to_target_s"],
+        "toy_am_time_to_0.05_s": a["time_to_target_s"],
+        "toy_eam_time_to_0.1_s": e["time_to_0.1_s"],
+        "toy_am_time_to_0.1_s": a["time_to_0.1_s"],
+    }
     if e["time_to_0.1_s"] and a["time_to_0.1_s"]:
         res["toy_time_to_0.1_ratio_am_over_eam"] = a["time_to_0.1_s"] / e["time_to_0.1_s"]
     return res
@@ -228,8 +279,10 @@ def pretrained_twin(steps: int, batch: int = 32, lr: float = 1e-3, seed: int = 0
         loss.backward()
         opt.step()
         if step % max(1, steps // 5) == 0 or step == steps - 1:
-            say(f"   flow-matching pre-training of the twin: step {step}, loss {float(loss.detach()):.4f}, "
-                f"{time.time() - t0:.0f} s")
+            say(
+                f"   flow-matching pre-training of the twin: step {step}, loss {float(loss.detach()):.4f}, "
+                f"{time.time() - t0:.0f} s"
+            )
     state = {k: v.detach().clone() for k, v in bb.transformer.state_dict().items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save(state, path)
@@ -246,14 +299,25 @@ def load_twin(trainer, state: dict | None) -> None:
 
 def bench_demo(args) -> dict:
     twin = "flow-matching pre-trained" if args.demo_pretrain_steps > 0 else "random-weight"
-    say(f"\n== 3. CPU demo (tiny Flux twin, {twin}, reward=color, CPU-demo batch of 32, {args.demo_seconds:.0f} s of "
-        f"training each; AM at K = 40): reward/mean against wall-clock ==")
+    say(
+        f"\n== 3. CPU demo (tiny Flux twin, {twin}, reward=color, CPU-demo batch of 32, {args.demo_seconds:.0f} s of "
+        f"training each; AM at K = 40): reward/mean against wall-clock =="
+    )
     state = pretrained_twin(args.demo_pretrain_steps)
     curves = {}
-    for name, ov in (("eam", ["method=eam"]), ("adjoint_matching", ["method=adjoint_matching",
-                                                                     "method.sampling_steps=40"])):
-        trainer = make_trainer([*ov, "trainer.steps=100000", f"trainer.threads={args.threads}",
-                                "model.finetune=full", *args.demo_overrides])
+    for name, ov in (
+        ("eam", ["method=eam"]),
+        ("adjoint_matching", ["method=adjoint_matching", "method.sampling_steps=40"]),
+    ):
+        trainer = make_trainer(
+            [
+                *ov,
+                "trainer.steps=100000",
+                f"trainer.threads={args.threads}",
+                "model.finetune=full",
+                *args.demo_overrides,
+            ]
+        )
         load_twin(trainer, state)
         curve, step = [], 0
         while not curve or curve[-1][0] < args.demo_seconds:
@@ -263,8 +327,10 @@ def bench_demo(args) -> dict:
         curves[name] = curve
         k = max(1, min(5, len(curve) // 4))
         first, last = statistics.mean(r for _, r in curve[:k]), statistics.mean(r for _, r in curve[-k:])
-        say(f"-- {name}: reward/mean {first:.4f} (first {k} steps) -> {last:.4f} (last {k}); "
-            f"{curve[-1][0]:.1f} s wall-clock, {curve[-1][0] / len(curve):.2f} s/iter")
+        say(
+            f"-- {name}: reward/mean {first:.4f} (first {k} steps) -> {last:.4f} (last {k}); "
+            f"{curve[-1][0]:.1f} s wall-clock, {curve[-1][0] / len(curve):.2f} s/iter"
+        )
         for w, r in curve[:: max(1, len(curve) // 8)]:
             say(f"   {w:8.1f} s  reward {r:.4f}")
 
@@ -273,16 +339,20 @@ def bench_demo(args) -> dict:
         return statistics.mean(rows[-window:]) if rows else float("nan")
 
     budget = min(curves["eam"][-1][0], curves["adjoint_matching"][-1][0])
-    res = {"demo_equal_wallclock_s": budget,
-           "demo_eam_reward_at_equal_wallclock": reward_at(curves["eam"], budget),
-           "demo_am_reward_at_equal_wallclock": reward_at(curves["adjoint_matching"], budget),
-           "demo_eam_reward_start": statistics.mean(r for _, r in curves["eam"][:3]),
-           "demo_am_reward_start": statistics.mean(r for _, r in curves["adjoint_matching"][:3]),
-           "demo_eam_s_per_iter": curves["eam"][-1][0] / len(curves["eam"]),
-           "demo_am_s_per_iter": curves["adjoint_matching"][-1][0] / len(curves["adjoint_matching"])}
-    say(f"at equal wall-clock ({budget:.1f} s): EAM reward {res['demo_eam_reward_at_equal_wallclock']:.4f}, "
+    res = {
+        "demo_equal_wallclock_s": budget,
+        "demo_eam_reward_at_equal_wallclock": reward_at(curves["eam"], budget),
+        "demo_am_reward_at_equal_wallclock": reward_at(curves["adjoint_matching"], budget),
+        "demo_eam_reward_start": statistics.mean(r for _, r in curves["eam"][:3]),
+        "demo_am_reward_start": statistics.mean(r for _, r in curves["adjoint_matching"][:3]),
+        "demo_eam_s_per_iter": curves["eam"][-1][0] / len(curves["eam"]),
+        "demo_am_s_per_iter": curves["adjoint_matching"][-1][0] / len(curves["adjoint_matching"]),
+    }
+    say(
+        f"at equal wall-clock ({budget:.1f} s): EAM reward {res['demo_eam_reward_at_equal_wallclock']:.4f}, "
         f"AM reward {res['demo_am_reward_at_equal_wallclock']:.4f} (both started near "
-        f"{res['demo_eam_reward_start']:.4f} / {res['demo_am_reward_start']:.4f})")
+        f"{res['demo_eam_reward_start']:.4f} / {res['demo_am_reward_start']:.4f})"
+    )
     return res
 
 
@@ -294,8 +364,12 @@ def main(argv=None) -> dict:
     p.add_argument("--prompts", type=int, default=4, help="cost part: prompts per iteration")
     p.add_argument("--group", type=int, default=2, help="cost part: samples per prompt")
     p.add_argument("--finetune", default="lora", choices=["lora", "full"], help="cost part: fine-tuning mode")
-    p.add_argument("--update-batch", type=int, default=40,
-                   help="cost part: method.update_batch of every method (40: two of AM's 20-row samples per call)")
+    p.add_argument(
+        "--update-batch",
+        type=int,
+        default=40,
+        help="cost part: method.update_batch of every method (40: two of AM's 20-row samples per call)",
+    )
     p.add_argument("--probe-reps", type=int, default=5, help="cost part: timed calls per kind for the ideal ratio")
     p.add_argument("--config", default="twin", choices=["twin", "tiny", "wide"], help="cost part: transformer (above)")
     p.add_argument("--device", default="auto", help="cost part: model.device (auto: cuda if available)")
@@ -304,8 +378,12 @@ def main(argv=None) -> dict:
     p.add_argument("--toy-steps", type=int, default=150)
     p.add_argument("--toy-eval-every", type=int, default=15)
     p.add_argument("--demo-seconds", type=float, default=150.0, help="demo part: training wall-clock per method")
-    p.add_argument("--demo-pretrain-steps", type=int, default=600,
-                   help="flow-matching pre-training of the twin's transformer before the demo (0: the random twin)")
+    p.add_argument(
+        "--demo-pretrain-steps",
+        type=int,
+        default=600,
+        help="flow-matching pre-training of the twin's transformer before the demo (0: the random twin)",
+    )
     p.add_argument("--demo-overrides", nargs="*", default=[], help="extra overrides for the demo part")
     args = p.parse_args(argv)
     parts = [s.strip() for s in args.parts.split(",") if s.strip()]

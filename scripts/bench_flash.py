@@ -20,6 +20,7 @@ parameters, the tiny twin's text encoders widened to match), built and loaded th
 The last output line is one JSON object (keys ``update_time_ratio_vs_flow_grpo``, ``step_time_ratio_vs_flow_grpo``,
 ``bwd_count_ratio_vs_flow_grpo``, ...). Ratios are Flash-GRPO / baseline (lower is cheaper).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,14 +36,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from call_costs import describe, priced, probe_costs, record_update_calls  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 # FLUX_SMALL (docs/development.md#the-flux-small-configuration; in_channels 16 = the twin VAE's 4 channels packed
 # 2x2); text encoders widened so their outputs match joint_attention_dim / pooled_projection_dim = 64.
-FLUX_SMALL = dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
-                  num_attention_heads=4, joint_attention_dim=64, pooled_projection_dim=64, axes_dims_rope=[8, 12, 12],
-                  guidance_embeds=True)
+FLUX_SMALL = dict(
+    patch_size=1,
+    in_channels=16,
+    num_layers=2,
+    num_single_layers=4,
+    attention_head_dim=32,
+    num_attention_heads=4,
+    joint_attention_dim=64,
+    pooled_projection_dim=64,
+    axes_dims_rope=[8, 12, 12],
+    guidance_embeds=True,
+)
 CLIP_SMALL = dict(hidden_size=64, intermediate_size=128, projection_dim=64)
 T5_SMALL = dict(d_model=64, d_kv=16, d_ff=128)
 METHODS = ("flash_grpo", "flow_grpo", "flow_grpo_fast")
@@ -63,12 +74,22 @@ def build_trainers(args, run_root: Path) -> dict:
     from launcher.config import compose
     from launcher.trainer import RunInfo, Trainer
 
-    common = ["logger=none", "model=tiny_flux", f"model.path={model_folder(args.config)}",
-              f"model.device={args.device}", f"method.sampling_steps={args.sampling_steps}",
-              f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
-              f"method.update_batch={args.update_batch}", "method.kl_beta=0", "trainer.sample_every=0",
-              "trainer.progress=false", f"trainer.threads={args.threads}", f"model.height={args.size}",
-              f"model.width={args.size}"]
+    common = [
+        "logger=none",
+        "model=tiny_flux",
+        f"model.path={model_folder(args.config)}",
+        f"model.device={args.device}",
+        f"method.sampling_steps={args.sampling_steps}",
+        f"method.group_size={args.group_size}",
+        f"method.prompts_per_step={args.prompts}",
+        f"method.update_batch={args.update_batch}",
+        "method.kl_beta=0",
+        "trainer.sample_every=0",
+        "trainer.progress=false",
+        f"trainer.threads={args.threads}",
+        f"model.height={args.size}",
+        f"model.width={args.size}",
+    ]
     extra = {"flow_grpo_fast": [f"method.window_size={args.fast_window}"]}
     trainers = {}
     for name in METHODS:
@@ -89,13 +110,23 @@ def main() -> None:
     p.add_argument("--group-size", type=int, default=4)
     p.add_argument("--prompts", type=int, default=2)
     # --micro-batch: the flag's old name (one row per Flash-GRPO sample without CFG, so the same number)
-    p.add_argument("--update-batch", "--micro-batch", dest="update_batch", type=int, default=8,
-                   help="method.update_batch of every method")
+    p.add_argument(
+        "--update-batch",
+        "--micro-batch",
+        dest="update_batch",
+        type=int,
+        default=8,
+        help="method.update_batch of every method",
+    )
     p.add_argument("--probe-reps", type=int, default=5, help="timed calls per kind for the ideal ratio")
     p.add_argument("--fast-window", type=int, default=2, help="Flow-GRPO-Fast SDE window (its default: 2)")
     p.add_argument("--size", type=int, default=32, help="image side in pixels (32 -> 64 transformer tokens)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (0 = the trainer's default); 1 is the "
-                   "most repeatable on a shared machine")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (0 = the trainer's default); 1 is the most repeatable on a shared machine",
+    )
     p.add_argument("--config", choices=("small", "tiny", "wide"), default="small", help="transformer size (above)")
     p.add_argument("--device", default="auto", help="model.device: auto (cuda if available), cpu or cuda")
     args = p.parse_args()
@@ -111,37 +142,50 @@ def main() -> None:
         recorders = {name: record_update_calls(t) for name, t in trainers.items()}
         calls: dict[str, Counter] = {m: Counter() for m in METHODS}
         for r in range(args.warmup + args.rounds):
-            order = METHODS[r % 3:] + METHODS[:r % 3]        # rotate so no method always runs first
+            order = METHODS[r % 3 :] + METHODS[: r % 3]  # rotate so no method always runs first
             for name in order:
                 m = trainers[name].train_step(r)
                 step_calls = recorders[name].take()
                 if r >= args.warmup:
                     rows[name].append(m)
                     calls[name] += step_calls
-            print(f"round {r}: " + "  ".join(f"{n} {rows[n][-1]['time/step_s']:.2f}s" if rows[n] else n
-                                             for n in METHODS), flush=True)
+            print(
+                f"round {r}: " + "  ".join(f"{n} {rows[n][-1]['time/step_s']:.2f}s" if rows[n] else n for n in METHODS),
+                flush=True,
+            )
         kinds = set().union(*calls.values())
         costs = probe_costs(trainers["flash_grpo"].backbone, kinds, args.probe_reps, "wall")
 
-    keys = ("time/rollout_s", "time/reward_s", "time/update_s", "time/step_s", "count/transformer_fwd",
-            "count/transformer_bwd")
+    keys = (
+        "time/rollout_s",
+        "time/reward_s",
+        "time/update_s",
+        "time/step_s",
+        "count/transformer_fwd",
+        "count/transformer_bwd",
+    )
     med = {n: {k: median(rows[n], k) for k in keys} for n in METHODS}
     b, steps = args.group_size * args.prompts, args.sampling_steps
-    print(f"\nFLUX {args.config} ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
-          f"{steps} sampling steps, torch threads {torch.get_num_threads()}; medians of {args.rounds} rounds")
+    print(
+        f"\nFLUX {args.config} ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
+        f"{steps} sampling steps, torch threads {torch.get_num_threads()}; medians of {args.rounds} rounds"
+    )
     print(f"{'method':16s} {'rollout_s':>10s} {'update_s':>10s} {'step_s':>10s} {'fwd':>6s} {'bwd':>6s}")
     for n in METHODS:
         v = med[n]
-        print(f"{n:16s} {v['time/rollout_s']:10.3f} {v['time/update_s']:10.3f} {v['time/step_s']:10.3f} "
-              f"{v['count/transformer_fwd']:6.0f} {v['count/transformer_bwd']:6.0f}")
+        print(
+            f"{n:16s} {v['time/rollout_s']:10.3f} {v['time/update_s']:10.3f} {v['time/step_s']:10.3f} "
+            f"{v['count/transformer_fwd']:6.0f} {v['count/transformer_bwd']:6.0f}"
+        )
 
     flash, flow, fast = med["flash_grpo"], med["flow_grpo"], med["flow_grpo_fast"]
-    ratio = lambda a, c, k: a[k] / c[k]                                           # noqa: E731
-    trained_flow = flow["count/transformer_bwd"] / b                              # floor(0.99 N) = 19 at N = 20
+    ratio = lambda a, c, k: a[k] / c[k]  # noqa: E731
+    trained_flow = flow["count/transformer_bwd"] / b  # floor(0.99 N) = 19 at N = 20
     # ideal: the update's transformer calls priced at their measured costs; the step keeps the same rollout + reward
     ideal_update = priced(calls["flash_grpo"], costs) / priced(calls["flow_grpo"], costs)
-    ideal_step = ((flow["time/rollout_s"] + flow["time/reward_s"] + flow["time/update_s"] * ideal_update)
-                  / flow["time/step_s"])
+    ideal_step = (flow["time/rollout_s"] + flow["time/reward_s"] + flow["time/update_s"] * ideal_update) / flow[
+        "time/step_s"
+    ]
     out = {
         "update_time_ratio_vs_flow_grpo": ratio(flash, flow, "time/update_s"),
         "step_time_ratio_vs_flow_grpo": ratio(flash, flow, "time/step_s"),
@@ -156,22 +200,33 @@ def main() -> None:
         "rollout_share_of_flash_step": flash["time/rollout_s"] / flash["time/step_s"],
         "update_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/update_s"),
         "step_speedup_vs_flow_grpo": 1.0 / ratio(flash, flow, "time/step_s"),
-        "ideal_update_ratio_vs_flow_grpo_fast": priced(calls["flash_grpo"], costs) / priced(calls["flow_grpo_fast"],
-                                                                                             costs),
+        "ideal_update_ratio_vs_flow_grpo_fast": priced(calls["flash_grpo"], costs)
+        / priced(calls["flow_grpo_fast"], costs),
         "update_calls_per_round": {n: describe(c) for n, c in calls.items()},
-        "sampling_steps": steps, "samples_per_step": b, "rounds": args.rounds, "model_params": n_params,
-        "config": args.config, "device": str(device), "update_batch": args.update_batch,
+        "sampling_steps": steps,
+        "samples_per_step": b,
+        "rounds": args.rounds,
+        "model_params": n_params,
+        "config": args.config,
+        "device": str(device),
+        "update_batch": args.update_batch,
     }
-    print(f"\nupdate phase: Flash-GRPO / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} "
-          f"({out['update_speedup_vs_flow_grpo']:.1f}x cheaper; ideal {ideal_update:.3f}: the calls made, at their "
-          f"measured costs, update_batch {args.update_batch}, {trained_flow:.0f} trained steps per Flow-GRPO "
-          f"sample); backward passes {out['bwd_count_ratio_vs_flow_grpo']:.3f}")
-    print(f"whole step:   Flash-GRPO / Flow-GRPO = {out['step_time_ratio_vs_flow_grpo']:.3f} "
-          f"({out['step_speedup_vs_flow_grpo']:.2f}x; ideal {ideal_step:.3f} with the same rollout): the "
-          f"{steps}-step rollout is {100 * out['rollout_share_of_flash_step']:.0f}% of a Flash-GRPO step")
-    print(f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
-          f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
-          f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}")
+    print(
+        f"\nupdate phase: Flash-GRPO / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} "
+        f"({out['update_speedup_vs_flow_grpo']:.1f}x cheaper; ideal {ideal_update:.3f}: the calls made, at their "
+        f"measured costs, update_batch {args.update_batch}, {trained_flow:.0f} trained steps per Flow-GRPO "
+        f"sample); backward passes {out['bwd_count_ratio_vs_flow_grpo']:.3f}"
+    )
+    print(
+        f"whole step:   Flash-GRPO / Flow-GRPO = {out['step_time_ratio_vs_flow_grpo']:.3f} "
+        f"({out['step_speedup_vs_flow_grpo']:.2f}x; ideal {ideal_step:.3f} with the same rollout): the "
+        f"{steps}-step rollout is {100 * out['rollout_share_of_flash_step']:.0f}% of a Flash-GRPO step"
+    )
+    print(
+        f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
+        f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
+        f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}"
+    )
     print(json.dumps(out))
 
 

@@ -37,6 +37,7 @@ The last output line is one JSON object (``update_time_ratio``, ``step_time_rati
     .venv/bin/python scripts/bench_jagg.py --config medium --rounds 8 --clock wall
     .venv/bin/python scripts/bench_jagg.py --device cuda --config wide --size 128   # FLUX.1 block width on a GPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,22 +54,40 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 
-import torch  # noqa: E402
 
 from call_costs import describe, priced, probe_costs, record_update_calls  # noqa: E402
 from launcher.config import compose  # noqa: E402
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
+from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
+from models.tiny_flux import WIDE_TRANSFORMER  # noqa: E402
 
 # FLUX "small" (docs/development.md#the-flux-small-configuration): 2 double + 4 single blocks, 4 heads x 32; text
 # widths match the tiny encoders.
 # "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).
 CONFIGS = {
-    "small": dict(patch_size=1, in_channels=16, num_layers=2, num_single_layers=4, attention_head_dim=32,
-                  num_attention_heads=4, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
-                  guidance_embeds=True),
-    "medium": dict(patch_size=1, in_channels=16, num_layers=4, num_single_layers=8, attention_head_dim=32,
-                   num_attention_heads=8, joint_attention_dim=32, pooled_projection_dim=32, axes_dims_rope=[8, 12, 12],
-                   guidance_embeds=True),
+    "small": dict(
+        patch_size=1,
+        in_channels=16,
+        num_layers=2,
+        num_single_layers=4,
+        attention_head_dim=32,
+        num_attention_heads=4,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=[8, 12, 12],
+        guidance_embeds=True,
+    ),
+    "medium": dict(
+        patch_size=1,
+        in_channels=16,
+        num_layers=4,
+        num_single_layers=8,
+        attention_head_dim=32,
+        num_attention_heads=8,
+        joint_attention_dim=32,
+        pooled_projection_dim=32,
+        axes_dims_rope=[8, 12, 12],
+        guidance_embeds=True,
+    ),
     "tiny": TINY_TRANSFORMER,
     "wide": WIDE_TRANSFORMER,
 }
@@ -78,12 +97,14 @@ CONFIGS = {
 SETUPS = {
     "dance_grpo": dict(
         common=["method.sampling_steps=21", "method.eta=0.3", "method.shift=3.0"],
-        baseline=["method=dance_grpo", "method.timestep_fraction=1.0"],      # all 20 steps, exact
-        jagg=["method=jagg", "method.base=dance_grpo", "method.window=4", "method.jagg_frac=0.6"]),
+        baseline=["method=dance_grpo", "method.timestep_fraction=1.0"],  # all 20 steps, exact
+        jagg=["method=jagg", "method.base=dance_grpo", "method.window=4", "method.jagg_frac=0.6"],
+    ),
     "flow_grpo_fast": dict(
-        common=[],                                                            # Fast's stock sampler (10 steps, CPS)
-        baseline=["method=flow_grpo_fast", "method.window_size=4"],           # JAGG's stock window, exact
-        jagg=["method=jagg", "method.base=flow_grpo_fast", "method.window=4", "method.jagg_frac=1.0"]),
+        common=[],  # Fast's stock sampler (10 steps, CPS)
+        baseline=["method=flow_grpo_fast", "method.window_size=4"],  # JAGG's stock window, exact
+        jagg=["method=jagg", "method.base=flow_grpo_fast", "method.window=4", "method.jagg_frac=1.0"],
+    ),
 }
 
 
@@ -103,8 +124,12 @@ class CPUClock:
     def __init__(self, trainer):
         self.update = 0.0
         method = trainer.method
-        for owner, name in ((method, "prepare_update"), (method, "update_plan"), (method, "backward"),
-                            (trainer.optimizer, "step")):
+        for owner, name in (
+            (method, "prepare_update"),
+            (method, "update_plan"),
+            (method, "backward"),
+            (trainer.optimizer, "step"),
+        ):
             setattr(owner, name, self._timed(getattr(owner, name)))
 
     def _timed(self, fn):
@@ -114,13 +139,18 @@ class CPUClock:
                 return fn(*args, **kwargs)
             finally:
                 self.update += time.process_time() - t0
+
         return wrapper
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", choices=sorted(SETUPS), default="dance_grpo",
-                    help="the baseline JAGG accelerates (see the module docstring)")
+    ap.add_argument(
+        "--base",
+        choices=sorted(SETUPS),
+        default="dance_grpo",
+        help="the baseline JAGG accelerates (see the module docstring)",
+    )
     ap.add_argument("--config", choices=sorted(CONFIGS), default="small")
     ap.add_argument("--size", type=int, default=64, help="image side in pixels (64 -> 256 image tokens)")
     ap.add_argument("--samples", type=int, default=4, help="samples per step (one prompt group)")
@@ -129,20 +159,34 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1 is steadiest on a shared CPU)")
     ap.add_argument("--probe-reps", type=int, default=5)
     ap.add_argument("--update-batch", type=int, default=8, help="method.update_batch of both methods")
-    ap.add_argument("--clock", choices=("auto", "cpu", "wall"), default="auto",
-                    help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall; "
-                         "auto: cpu on the CPU, wall on a GPU")
+    ap.add_argument(
+        "--clock",
+        choices=("auto", "cpu", "wall"),
+        default="auto",
+        help="which time the JSON ratios use: process CPU seconds (steady on a shared machine) or wall; "
+        "auto: cpu on the CPU, wall on a GPU",
+    )
     ap.add_argument("--device", default="auto", help="model.device: auto (cuda if available), cpu or cuda")
     args = ap.parse_args()
 
     from launcher.trainer import RunInfo, Trainer
 
     folder = model_folder(args.config)
-    common = ["logger=none", "model=tiny_flux", f"model.path={folder}", f"model.device={args.device}",
-              f"model.height={args.size}", f"model.width={args.size}", "trainer.sample_every=0",
-              "trainer.progress=false", f"trainer.threads={args.threads}", f"method.group_size={args.samples}",
-              "method.prompts_per_step=1", f"method.update_batch={args.update_batch}",
-              "method.updates_per_rollout=2"]
+    common = [
+        "logger=none",
+        "model=tiny_flux",
+        f"model.path={folder}",
+        f"model.device={args.device}",
+        f"model.height={args.size}",
+        f"model.width={args.size}",
+        "trainer.sample_every=0",
+        "trainer.progress=false",
+        f"trainer.threads={args.threads}",
+        f"method.group_size={args.samples}",
+        "method.prompts_per_step=1",
+        f"method.update_batch={args.update_batch}",
+        "method.updates_per_rollout=2",
+    ]
     pair = SETUPS[args.base]
     setups = {name: [*pair[name], *common, *pair["common"]] for name in ("baseline", "jagg")}
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,12 +196,14 @@ def main() -> None:
             args.clock = "wall" if device.type == "cuda" else "cpu"
         n_params = sum(p.numel() for p in trainers["jagg"].params)
         jcfg, lay = trainers["jagg"].cfg.method, trainers["jagg"].method.layout
-        print(f"model: FLUX {args.config} ({n_params / 1e6:.2f} M params), {args.size}x{args.size} "
-              f"({trainers['jagg'].backbone.latent_shape[0]} image tokens), {args.samples} samples/step, "
-              f"{jcfg.sampling_steps} sampling steps ({jcfg.noise_kernel} kernel), JAGG over {args.base}: "
-              f"{lay.num_steps} trained steps, {lay.num_groups} group(s) of {lay.window}, {lay.num_jagg} JAGG; "
-              f"{args.threads} thread(s), {device}; {args.warmup} warm-up + {args.rounds} measured rounds, "
-              f"{args.clock} clock")
+        print(
+            f"model: FLUX {args.config} ({n_params / 1e6:.2f} M params), {args.size}x{args.size} "
+            f"({trainers['jagg'].backbone.latent_shape[0]} image tokens), {args.samples} samples/step, "
+            f"{jcfg.sampling_steps} sampling steps ({jcfg.noise_kernel} kernel), JAGG over {args.base}: "
+            f"{lay.num_steps} trained steps, {lay.num_groups} group(s) of {lay.window}, {lay.num_jagg} JAGG; "
+            f"{args.threads} thread(s), {device}; {args.warmup} warm-up + {args.rounds} measured rounds, "
+            f"{args.clock} clock"
+        )
         clocks = {name: CPUClock(t) for name, t in trainers.items()}
         recorders = {name: record_update_calls(t) for name, t in trainers.items()}
         rows: dict[str, list[dict]] = {name: [] for name in trainers}
@@ -168,23 +214,37 @@ def main() -> None:
                 clocks[name].update, t0 = 0.0, time.process_time()
                 m = dict(trainers[name].train_step(r))
                 m.update({"cpu/step_s": time.process_time() - t0, "cpu/update_s": clocks[name].update})
-                calls[name] = recorders[name].take()          # the same calls every step
+                calls[name] = recorders[name].take()  # the same calls every step
                 if r >= args.warmup:
                     rows[name].append(m)
-            print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
-                f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
-                for n in order), flush=True)
-        costs = probe_costs(trainers["jagg"].backbone, set(calls["jagg"]) | set(calls["baseline"]), args.probe_reps,
-                            args.clock)
+            print(
+                f"round {r}{' (warm-up)' if r < args.warmup else ''}: "
+                + ", ".join(
+                    f"{n} update {clocks[n].update:.2f} CPU s / {trainers[n].logger.history[-1]['time/update_s']:.2f} s"
+                    for n in order
+                ),
+                flush=True,
+            )
+        costs = probe_costs(
+            trainers["jagg"].backbone, set(calls["jagg"]) | set(calls["baseline"]), args.probe_reps, args.clock
+        )
     ideal = priced(calls["jagg"], costs) / priced(calls["baseline"], costs)
 
-    keys = ("cpu/update_s", "cpu/step_s", "time/update_s", "time/step_s", "time/rollout_s", "count/transformer_fwd",
-            "count/transformer_bwd")
+    keys = (
+        "cpu/update_s",
+        "cpu/step_s",
+        "time/update_s",
+        "time/step_s",
+        "time/rollout_s",
+        "count/transformer_fwd",
+        "count/transformer_bwd",
+    )
     med = {n: {k: statistics.median(row[k] for row in rs) for k in keys} for n, rs in rows.items()}
     clock = "cpu" if args.clock == "cpu" else "time"
-    m, w, n_j = lay.num_steps, lay.window, lay.num_jagg          # every group is trained (group_fraction 1)
+    m, w, n_j = lay.num_steps, lay.window, lay.num_jagg  # every group is trained (group_fraction 1)
     target_bwd = lay.backward_rows_per_sample() / m
     base, jagg = med["baseline"], med["jagg"]
+
     def paired(key: str) -> float:
         """Median over rounds of the round's JAGG / baseline ratio: the two ran back to back, under the same load."""
         return statistics.median(j[key] / b[key] for j, b in zip(rows["jagg"], rows["baseline"]))
@@ -201,31 +261,57 @@ def main() -> None:
         "wall_update_time_ratio": paired("time/update_s"),
         "wall_step_time_ratio": paired("time/step_s"),
         "clock": args.clock,
-        "baseline": base, "jagg": jagg,
+        "baseline": base,
+        "jagg": jagg,
         "update_calls": {n: describe(c) for n, c in calls.items()},
         "call_costs_s": {f"{rows} rows{' graph' if graph else ''}": v for (rows, graph), v in sorted(costs.items())},
-        "config": {"model": args.config, "params": n_params, "size": args.size, "samples": args.samples,
-                   "rounds": args.rounds, "threads": args.threads, "device": str(device), "base": args.base,
-                   "sampling_steps": int(jcfg.sampling_steps), "noise_kernel": str(jcfg.noise_kernel),
-                   "trained_steps": m, "window": w, "jagg_frac": float(jcfg.jagg_frac), "jagg_groups": n_j,
-                   "target_bwd_count_ratio": target_bwd, "update_batch": args.update_batch},
+        "config": {
+            "model": args.config,
+            "params": n_params,
+            "size": args.size,
+            "samples": args.samples,
+            "rounds": args.rounds,
+            "threads": args.threads,
+            "device": str(device),
+            "base": args.base,
+            "sampling_steps": int(jcfg.sampling_steps),
+            "noise_kernel": str(jcfg.noise_kernel),
+            "trained_steps": m,
+            "window": w,
+            "jagg_frac": float(jcfg.jagg_frac),
+            "jagg_groups": n_j,
+            "target_bwd_count_ratio": target_bwd,
+            "update_batch": args.update_batch,
+        },
     }
     print()
     print(f"{'medians':22}{'baseline':>12}{'jagg':>12}{'ratio':>10}{'paired':>10}")
-    for key, label in (("cpu/update_s", "update phase (CPU s)"), ("cpu/step_s", "whole step (CPU s)"),
-                       ("time/update_s", "update phase (wall s)"), ("time/step_s", "whole step (wall s)"),
-                       ("time/rollout_s", "rollout (wall s)"), ("count/transformer_fwd", "transformer fwd rows"),
-                       ("count/transformer_bwd", "transformer bwd rows")):
+    for key, label in (
+        ("cpu/update_s", "update phase (CPU s)"),
+        ("cpu/step_s", "whole step (CPU s)"),
+        ("time/update_s", "update phase (wall s)"),
+        ("time/step_s", "whole step (wall s)"),
+        ("time/rollout_s", "rollout (wall s)"),
+        ("count/transformer_fwd", "transformer fwd rows"),
+        ("count/transformer_bwd", "transformer bwd rows"),
+    ):
         print(f"{label:22}{base[key]:>12.3f}{jagg[key]:>12.3f}{jagg[key] / base[key]:>10.3f}{paired(key):>10.3f}")
     for n in ("baseline", "jagg"):
         print(f"{n} update calls per step (update_batch {args.update_batch}): {describe(calls[n])}")
-    print("call costs (median): " + ", ".join(f"{rows} rows{' fwd+bwd' if graph else ' fwd'} {v * 1e3:.1f} ms"
-                                              for (rows, graph), v in sorted(costs.items())))
+    print(
+        "call costs (median): "
+        + ", ".join(
+            f"{rows} rows{' fwd+bwd' if graph else ' fwd'} {v * 1e3:.1f} ms"
+            for (rows, graph), v in sorted(costs.items())
+        )
+    )
     print(f"ratios below: the {args.clock} clock, median of the rounds' paired ratios")
-    print(f"ideal update-time ratio {ideal:.3f} (the calls made, priced at their measured costs); measured "
-          f"{result['update_time_ratio']:.3f} = {result['update_ratio_over_ideal']:.3f} x ideal "
-          f"({'within' if abs(result['update_ratio_over_ideal'] - 1) <= 0.10 else 'NOT within'} 10%); "
-          f"backward rows {result['bwd_count_ratio']:.3f} (target {target_bwd:.3f})")
+    print(
+        f"ideal update-time ratio {ideal:.3f} (the calls made, priced at their measured costs); measured "
+        f"{result['update_time_ratio']:.3f} = {result['update_ratio_over_ideal']:.3f} x ideal "
+        f"({'within' if abs(result['update_ratio_over_ideal'] - 1) <= 0.10 else 'NOT within'} 10%); "
+        f"backward rows {result['bwd_count_ratio']:.3f} (target {target_bwd:.3f})"
+    )
     print(json.dumps(result))
 
 

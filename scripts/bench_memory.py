@@ -28,6 +28,7 @@ Keys of the JSON line:
 * ``planner_rel_error``: |planned - measured| / measured for the update phase (LoRA, one micro-batch per backward)
   of the start-up model on ``world_size`` ranks, measured over the memory after imports.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,10 +51,10 @@ PROMPTS = ["a red square", "a photo of a blue circle", "a green tree", "a pink c
 # ------------------------------------------------------------------------------------------------- the models
 def wide_flux_folder(double: int, single: int) -> Path:
     """The FLUX-architecture twin at published width, transformer stored in bf16 (written once into the cache)."""
+    import torch
+
     from models.tiny_flux import WIDE_TRANSFORMER, build_tiny_flux_pipeline
     from models.twins import materialize, recipe_key
-
-    import torch
 
     config = dict(WIDE_TRANSFORMER, num_layers=double, num_single_layers=single)
 
@@ -61,6 +62,7 @@ def wide_flux_folder(double: int, single: int) -> Path:
         pipe = build_tiny_flux_pipeline(0, pretrain_steps=0, transformer=config)
         pipe.transformer.to(torch.bfloat16)
         return pipe
+
     return materialize("bench_memory_flux", recipe_key("bench_memory", 1, config), build)
 
 
@@ -78,30 +80,49 @@ def compose(overrides: list[str]):
 
 
 def run_config(folder: Path, device: str, extra: list[str]) -> list[str]:
-    return ["model=tiny_flux", f"model.path={folder}", "model.height=256", "model.width=256",
-            "model.max_sequence_length=64", f"model.device={device}", "logger=none", "method=flash_grpo",
-            "method.group_size=2", "method.prompts_per_step=2", "method.sampling_steps=2", "method.update_batch=2",
-            "method.updates_per_rollout=1", "method.sde_index_pool=[0]", "trainer.threads=1", "trainer.export=false",
-            "trainer.sample_every=0", *extra]
+    return [
+        "model=tiny_flux",
+        f"model.path={folder}",
+        "model.height=256",
+        "model.width=256",
+        "model.max_sequence_length=64",
+        f"model.device={device}",
+        "logger=none",
+        "method=flash_grpo",
+        "method.group_size=2",
+        "method.prompts_per_step=2",
+        "method.sampling_steps=2",
+        "method.update_batch=2",
+        "method.updates_per_rollout=1",
+        "method.sde_index_pool=[0]",
+        "trainer.threads=1",
+        "trainer.export=false",
+        "trainer.sample_every=0",
+        *extra,
+    ]
 
 
 # ------------------------------------------------------------------------------------------------ the phases
 def rank_main(rank: int, world: int, port: int, device: str, folder: str, case: str, out: str) -> None:
     """One rank: build the trainer (start-up), then for ``update`` run one step's phases."""
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     import torch
+    from omegaconf import OmegaConf
 
+    import models.sharded_load as sharded_load
     from launcher.memory_plan import plan
     from launcher.trainer import RunInfo, Trainer
 
-    import models.sharded_load as sharded_load
-    from omegaconf import OmegaConf
-
-    extra = {"full": ["model.finetune=full"], "today": ["model.finetune=full"],
-             "reference": ["model.finetune=full", "method.kl_beta=0.01", "model.reference_dtype=bfloat16"],
-             "lora": ["model.finetune=lora"], "update": ["model.finetune=lora"]}[case]
-    if case == "today":     # each rank loads the whole model (the single-process path), then shards it
+    extra = {
+        "full": ["model.finetune=full"],
+        "today": ["model.finetune=full"],
+        "reference": ["model.finetune=full", "method.kl_beta=0.01", "model.reference_dtype=bfloat16"],
+        "lora": ["model.finetune=lora"],
+        "update": ["model.finetune=lora"],
+    }[case]
+    if case == "today":  # each rank loads the whole model (the single-process path), then shards it
         sharded_load.sharded_startup_enabled = lambda: False
     cfg = compose(run_config(Path(folder), device, extra))
     base = rss_anon() if device == "cpu" else 0
@@ -129,8 +150,9 @@ def spawn(world: int, device: str, folder: Path, case: str, out: str) -> list[di
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    mp.start_processes(rank_main, args=(world, port, device, str(folder), case, out), nprocs=world, join=True,
-                       start_method="spawn")
+    mp.start_processes(
+        rank_main, args=(world, port, device, str(folder), case, out), nprocs=world, join=True, start_method="spawn"
+    )
     return [json.loads(Path(out, f"{case}-{r}.json").read_text()) for r in range(world)]
 
 
@@ -147,13 +169,27 @@ def rollout_peak(samples: int, chunk: int, size: int, device: str) -> tuple[int,
 
     from launcher.trainer import RunInfo, Trainer
 
-    cfg = compose(["model=tiny_flux", f"model.height={size}", f"model.width={size}", f"model.device={device}",
-                   "logger=none", "method=flow_grpo", f"method.group_size={samples}", "method.prompts_per_step=1",
-                   "method.sampling_steps=3", "method.timestep_fraction=0.34", f"method.rollout_chunk={chunk}",
-                   f"method.decode_chunk={chunk}", "trainer.threads=1", "trainer.sample_every=0"])
+    cfg = compose(
+        [
+            "model=tiny_flux",
+            f"model.height={size}",
+            f"model.width={size}",
+            f"model.device={device}",
+            "logger=none",
+            "method=flow_grpo",
+            f"method.group_size={samples}",
+            "method.prompts_per_step=1",
+            "method.sampling_steps=3",
+            "method.timestep_fraction=0.34",
+            f"method.rollout_chunk={chunk}",
+            f"method.decode_chunk={chunk}",
+            "trainer.threads=1",
+            "trainer.sample_every=0",
+        ]
+    )
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, RunInfo(run_dir=Path(tmp)))
-        trainer.method.rollout(PROMPTS[:1], torch.Generator().manual_seed(1))     # warm-up: caches, lazy inits
+        trainer.method.rollout(PROMPTS[:1], torch.Generator().manual_seed(1))  # warm-up: caches, lazy inits
         with PeakProbe(device) as probe:
             rollout = trainer.method.rollout(PROMPTS[:1], torch.Generator().manual_seed(0))
             trainer.method.score(rollout, trainer.reward)
@@ -164,8 +200,10 @@ def rollout_case(samples: int, chunk: int | None, size: int, device: str, out: s
     """In a fresh process, so earlier phases leave nothing behind."""
     import subprocess
 
-    code = (f"import sys, json; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'scripts')!r}]; import bench_memory as b; "
-            f"print(json.dumps(b.rollout_peak({samples}, {chunk or samples}, {size}, {device!r})))")
+    code = (
+        f"import sys, json; sys.path[:0] = [{str(ROOT)!r}, {str(ROOT / 'scripts')!r}]; import bench_memory as b; "
+        f"print(json.dumps(b.rollout_peak({samples}, {chunk or samples}, {size}, {device!r})))"
+    )
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=malloc_env(), check=True)
     peak, traj = json.loads(res.stdout.strip().splitlines()[-1])
     return peak - traj
@@ -179,8 +217,11 @@ def main() -> None:
     p.add_argument("--single", type=int, default=2, help="single-stream blocks of the start-up model")
     p.add_argument("--rollout-size", type=int, default=384, help="image side of the rollout phase, in pixels")
     p.add_argument("--skip-today", action="store_true", help="do not measure today's paths (saves memory)")
-    p.add_argument("--phases", default="startup,update,rollout",
-                   help="which of startup, update, rollout to measure (the JSON then has only their keys)")
+    p.add_argument(
+        "--phases",
+        default="startup,update,rollout",
+        help="which of startup, update, rollout to measure (the JSON then has only their keys)",
+    )
     args = p.parse_args()
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], malloc_env())
@@ -188,12 +229,17 @@ def main() -> None:
     t0 = time.perf_counter()
     folder = wide_flux_folder(args.double, args.single)
     full = full_transformer_bytes(folder)
-    out: dict = {"world_size": args.world_size, "device": args.device,
-                 "startup_model_params": full // 4, "rollout_size_px": args.rollout_size}
+    out: dict = {
+        "world_size": args.world_size,
+        "device": args.device,
+        "startup_model_params": full // 4,
+        "rollout_size_px": args.rollout_size,
+    }
     phases = set(args.phases.split(","))
     with tempfile.TemporaryDirectory() as tmp:
-        cases = ((["full", "reference", "lora"] + ([] if args.skip_today else ["today"]) if "startup" in phases else [])
-                 + (["update"] if "update" in phases else []))
+        cases = (
+            ["full", "reference", "lora"] + ([] if args.skip_today else ["today"]) if "startup" in phases else []
+        ) + (["update"] if "update" in phases else [])
         for case in cases:
             ranks = spawn(args.world_size, args.device, folder, case, tmp)
             if case != "update":
@@ -202,27 +248,38 @@ def main() -> None:
             else:
                 measured = max(r["update"] for r in ranks)
                 planned = ranks[0]["planned_update"]
-                out.update(update_measured_gib=measured / 2**30, update_planned_gib=planned / 2**30,
-                           planner_rel_error=abs(planned - measured) / measured)
+                out.update(
+                    update_measured_gib=measured / 2**30,
+                    update_planned_gib=planned / 2**30,
+                    planner_rel_error=abs(planned - measured) / measured,
+                )
                 print(json.dumps({"planner_rel_error": out["planner_rel_error"]}), flush=True)
         if "rollout" in phases:
             small = rollout_case(8, 8, args.rollout_size, args.device, tmp)
             large = rollout_case(64, 8, args.rollout_size, args.device, tmp)
-            out.update(rollout_peak_8_gib=small / 2**30, rollout_peak_64_gib=large / 2**30,
-                       rollout_peak_ratio_64_over_8=large / small)
+            out.update(
+                rollout_peak_8_gib=small / 2**30,
+                rollout_peak_64_gib=large / 2**30,
+                rollout_peak_ratio_64_over_8=large / small,
+            )
         if "rollout" in phases and not args.skip_today:
             today_small = rollout_case(8, None, args.rollout_size, args.device, tmp)
             today_large = rollout_case(64, None, args.rollout_size, args.device, tmp)
             out["rollout_peak_ratio_64_over_8_today"] = today_large / today_small
-    startup = {"startup_peak_per_rank_over_full_model": "startup_full",
-               "startup_peak_with_reference_over_full_model": "startup_reference",
-               "startup_peak_lora_over_full_model": "startup_lora"}
-    result = {"world_size": out["world_size"], "device": out["device"],
-              **{key: out[name] for key, name in startup.items() if name in out},
-              **({"startup_peak_per_rank_over_full_model_today": out["startup_today"]} if "startup_today" in out
-                 else {}),
-              **{k: v for k, v in out.items() if k.startswith(("rollout_", "planner_", "update_"))},
-              "startup_model_params": out["startup_model_params"], "seconds": round(time.perf_counter() - t0)}
+    startup = {
+        "startup_peak_per_rank_over_full_model": "startup_full",
+        "startup_peak_with_reference_over_full_model": "startup_reference",
+        "startup_peak_lora_over_full_model": "startup_lora",
+    }
+    result = {
+        "world_size": out["world_size"],
+        "device": out["device"],
+        **{key: out[name] for key, name in startup.items() if name in out},
+        **({"startup_peak_per_rank_over_full_model_today": out["startup_today"]} if "startup_today" in out else {}),
+        **{k: v for k, v in out.items() if k.startswith(("rollout_", "planner_", "update_"))},
+        "startup_model_params": out["startup_model_params"],
+        "seconds": round(time.perf_counter() - t0),
+    }
     print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in result.items()}))
 
 

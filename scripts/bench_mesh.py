@@ -20,6 +20,7 @@ slice. The last output line is one JSON object with every figure.
     .venv/bin/python scripts/bench_mesh.py --nodes 2 --ranks-per-node 4 --config tiny
     .venv/bin/python scripts/bench_mesh.py --device cuda --nodes 1 --ranks-per-node 8 --config wide   # 8 GPUs
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,10 +42,17 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from bench_jagg import CONFIGS  # noqa: E402  (the same FLUX-class configs as the other benches)
 
-KINDS = {"_allgather_base_": "all_gather", "allgather_": "all_gather", "allgather_into_tensor_coalesced_": "all_gather",
-         "_reduce_scatter_base_": "reduce_scatter", "reduce_scatter_": "reduce_scatter",
-         "reduce_scatter_tensor_coalesced_": "reduce_scatter", "allreduce_": "all_reduce",
-         "allreduce_coalesced_": "all_reduce", "broadcast_": "broadcast"}
+KINDS = {
+    "_allgather_base_": "all_gather",
+    "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "allreduce_": "all_reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "broadcast_": "broadcast",
+}
 
 
 def _tensors(x) -> list[torch.Tensor]:
@@ -66,8 +74,8 @@ class CollectiveCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
-        if name.startswith("c10d::") and name[len("c10d::"):] in KINDS:
-            kind = KINDS[name[len("c10d::"):]]
+        if name.startswith("c10d::") and name[len("c10d::") :] in KINDS:
+            kind = KINDS[name[len("c10d::") :]]
             # the dispatcher hands the group over boxed (a ScriptObject): unbox it to ask for its ranks
             group = next(a for a in args if isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type()))
             ranks = dist.get_process_group_ranks(dist.ProcessGroup.unbox(group))
@@ -99,27 +107,40 @@ def _one_step(mesh_kind: str, config: str, device: str, ranks_per_node: int, see
     cfg = CONFIGS[config]
     g = torch.Generator().manual_seed(seed + dist.get_rank())
     tokens, text = 64, 8
-    inputs = dict(hidden_states=torch.randn(2, tokens, cfg["in_channels"], generator=g),
-                  encoder_hidden_states=torch.randn(2, text, cfg["joint_attention_dim"], generator=g),
-                  pooled_projections=torch.randn(2, cfg["pooled_projection_dim"], generator=g),
-                  timestep=torch.rand(2, generator=g), txt_ids=torch.zeros(text, 3),
-                  img_ids=torch.stack(torch.meshgrid(torch.zeros(1), torch.arange(8.), torch.arange(8.),
-                                                     indexing="ij"), -1).reshape(tokens, 3),
-                  guidance=torch.full((2,), 3.5) if cfg.get("guidance_embeds") else None)
+    inputs = dict(
+        hidden_states=torch.randn(2, tokens, cfg["in_channels"], generator=g),
+        encoder_hidden_states=torch.randn(2, text, cfg["joint_attention_dim"], generator=g),
+        pooled_projections=torch.randn(2, cfg["pooled_projection_dim"], generator=g),
+        timestep=torch.rand(2, generator=g),
+        txt_ids=torch.zeros(text, 3),
+        img_ids=torch.stack(
+            torch.meshgrid(torch.zeros(1), torch.arange(8.0), torch.arange(8.0), indexing="ij"), -1
+        ).reshape(tokens, 3),
+        guidance=torch.full((2,), 3.5) if cfg.get("guidance_embeds") else None,
+    )
     inputs = {k: (v.to(device) if torch.is_tensor(v) else v) for k, v in inputs.items()}
     counter = CollectiveCounter(ranks_per_node)
     with counter:
         out = model(**inputs, return_dict=False)[0]
         (out**2).mean().backward()
         opt.step()
-    return {"mesh": describe(mesh), "param_bytes": param_bytes,
-            "bytes": {f"{k}{'/cross_node' if c else '/in_node'}": v for (k, c), v in counter.bytes.items()},
-            "calls": {f"{k}{'/cross_node' if c else '/in_node'}": v for (k, c), v in counter.calls.items()}}
+    return {
+        "mesh": describe(mesh),
+        "param_bytes": param_bytes,
+        "bytes": {f"{k}{'/cross_node' if c else '/in_node'}": v for (k, c), v in counter.bytes.items()},
+        "calls": {f"{k}{'/cross_node' if c else '/in_node'}": v for (k, c), v in counter.calls.items()},
+    }
 
 
 def _worker(rank: int, world: int, port: int, args, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank % args.ranks_per_node), LOCAL_WORLD_SIZE=str(args.ranks_per_node))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank % args.ranks_per_node),
+        LOCAL_WORLD_SIZE=str(args.ranks_per_node),
+    )
     torch.set_num_threads(1)
     if args.device == "cuda":
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -147,18 +168,20 @@ def main() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out_dir:
-        torch.multiprocessing.start_processes(_worker, args=(world, port, args, out_dir), nprocs=world,
-                                              start_method="spawn")
+        torch.multiprocessing.start_processes(
+            _worker, args=(world, port, args, out_dir), nprocs=world, start_method="spawn"
+        )
         results = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(world)]
 
     mib = 2**20
     params = results[0]["fsdp"]["param_bytes"]
-    print(f"FLUX '{args.config}' transformer, {params / mib:.2f} MiB of fp32 parameters; {args.nodes} nodes x "
-          f"{args.ranks_per_node} ranks ({args.device}); collective payload per rank in one training step, MiB:")
+    print(
+        f"FLUX '{args.config}' transformer, {params / mib:.2f} MiB of fp32 parameters; {args.nodes} nodes x "
+        f"{args.ranks_per_node} ranks ({args.device}); collective payload per rank in one training step, MiB:"
+    )
     print(f"{'collective':<28}{results[0]['fsdp']['mesh']:>22}{results[0]['hsdp']['mesh']:>36}")
     keys = sorted({k for r in results for kind in ("fsdp", "hsdp") for k in r[kind]["bytes"]})
-    summary = {"nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "config": args.config,
-               "param_bytes": params}
+    summary = {"nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "config": args.config, "param_bytes": params}
     for key in keys:
         f, h = _mean(results, "fsdp", key), _mean(results, "hsdp", key)
         print(f"{key:<28}{f / mib:>22.3f}{h / mib:>36.3f}")
@@ -168,8 +191,10 @@ def main() -> None:
     summary["allgather_cross_node_bytes_per_step"] = {"fsdp": f_ag, "hsdp": h_ag}
     summary["allgather_cross_node_hsdp_over_fsdp"] = h_ag / f_ag if f_ag else float("nan")
     summary["fsdp_allgather_cross_node_over_param_bytes"] = f_ag / params
-    print(f"all-gather bytes across nodes per step: fsdp {f_ag / mib:.3f} MiB ({f_ag / params:.2f} x the parameters), "
-          f"hsdp {h_ag / mib:.3f} MiB; hsdp / fsdp = {summary['allgather_cross_node_hsdp_over_fsdp']:.3f}")
+    print(
+        f"all-gather bytes across nodes per step: fsdp {f_ag / mib:.3f} MiB ({f_ag / params:.2f} x the parameters), "
+        f"hsdp {h_ag / mib:.3f} MiB; hsdp / fsdp = {summary['allgather_cross_node_hsdp_over_fsdp']:.3f}"
+    )
     print(json.dumps(summary))
 
 

@@ -6,6 +6,7 @@ forward + backward, decode; peak GPU memory on CUDA. Not a test: figures depend 
 
 ``--set key=value`` overrides model config keys (as ``model.key=value`` on the command line).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,13 @@ def bench(model: str, overrides: list[str], batch: int, reps: int) -> dict:
     cfg = compose([f"model={model}", *[f"model.{o}" for o in overrides]]).model
     t0 = time.perf_counter()
     bb = build(cfg, "model")
-    out = {"model": model, "finetune": cfg.finetune, "load_s": time.perf_counter() - t0,
-           "trainable_params": sum(p.numel() for p in bb.trainable_parameters()),
-           "transformer_params": sum(p.numel() for p in bb.transformer.parameters())}
+    out = {
+        "model": model,
+        "finetune": cfg.finetune,
+        "load_s": time.perf_counter() - t0,
+        "trainable_params": sum(p.numel() for p in bb.trainable_parameters()),
+        "transformer_params": sum(p.numel() for p in bb.transformer.parameters()),
+    }
     dev = bb.device
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -41,7 +46,7 @@ def bench(model: str, overrides: list[str], batch: int, reps: int) -> dict:
     x = bb.initial_noise(batch, torch.Generator().manual_seed(0))
     sigma = torch.full((batch,), 0.7, device=dev)
     with torch.no_grad():
-        bb.velocity(x, sigma, emb)                                     # warm-up
+        bb.velocity(x, sigma, emb)  # warm-up
         _sync(dev)
         t0 = time.perf_counter()
         for _ in range(reps):
@@ -71,8 +76,15 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=3)
     args = p.parse_args()
     for m in args.models:
-        print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
-                          for k, v in bench(m, args.set, args.batch, args.reps).items()}), flush=True)
+        print(
+            json.dumps(
+                {
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in bench(m, args.set, args.batch, args.reps).items()
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ backward costs two forwards); its rollout is a plain ODE solve and keeps only th
 The last output line is one JSON object (``update_time_ratio_vs_flow_grpo``, ``step_time_ratio_vs_flow_grpo``,
 ``bwd_count_ratio_vs_flow_grpo``, ...). Ratios are DiffusionNFT / baseline (lower is cheaper).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,14 +46,27 @@ def build_trainers(args, run_root: Path) -> dict:
     from launcher.config import compose
     from launcher.trainer import RunInfo, Trainer
 
-    common = ["logger=none", "model=tiny_flux", f"model.path={model_folder(args.config)}",
-              f"model.device={args.device}", f"method.sampling_steps={args.sampling_steps}",
-              f"method.group_size={args.group_size}", f"method.prompts_per_step={args.prompts}",
-              f"method.update_batch={args.update_batch}", "method.kl_beta=0", "method.updates_per_rollout=1",
-              "trainer.sample_every=0", "trainer.progress=false", f"trainer.threads={args.threads}",
-              f"model.height={args.size}", f"model.width={args.size}"]
-    extra = {"diffusion_nft": [f"method.sampler={args.sampler}"],
-             "flow_grpo_fast": [f"method.window_size={args.fast_window}"]}
+    common = [
+        "logger=none",
+        "model=tiny_flux",
+        f"model.path={model_folder(args.config)}",
+        f"model.device={args.device}",
+        f"method.sampling_steps={args.sampling_steps}",
+        f"method.group_size={args.group_size}",
+        f"method.prompts_per_step={args.prompts}",
+        f"method.update_batch={args.update_batch}",
+        "method.kl_beta=0",
+        "method.updates_per_rollout=1",
+        "trainer.sample_every=0",
+        "trainer.progress=false",
+        f"trainer.threads={args.threads}",
+        f"model.height={args.size}",
+        f"model.width={args.size}",
+    ]
+    extra = {
+        "diffusion_nft": [f"method.sampler={args.sampler}"],
+        "flow_grpo_fast": [f"method.window_size={args.fast_window}"],
+    }
     trainers = {}
     for name in METHODS:
         cfg = compose([f"method={name}", *common, *extra.get(name, [])])
@@ -97,51 +111,82 @@ def main() -> None:
         memory = {n: rollout_bytes_per_sample(trainers[n]) for n in METHODS}
         rows: dict[str, list[dict]] = {m: [] for m in METHODS}
         for r in range(args.warmup + args.rounds):
-            order = METHODS[r % 3:] + METHODS[:r % 3]        # rotate so no method always runs first
+            order = METHODS[r % 3 :] + METHODS[: r % 3]  # rotate so no method always runs first
             for name in order:
                 m = trainers[name].train_step(r)
                 if r >= args.warmup:
                     rows[name].append(m)
-            print(f"round {r}: " + "  ".join(f"{n} {rows[n][-1]['time/step_s']:.2f}s" if rows[n] else n
-                                             for n in METHODS), flush=True)
+            print(
+                f"round {r}: " + "  ".join(f"{n} {rows[n][-1]['time/step_s']:.2f}s" if rows[n] else n for n in METHODS),
+                flush=True,
+            )
 
-    keys = ("time/rollout_s", "time/reward_s", "time/update_s", "time/step_s", "count/transformer_fwd",
-            "count/transformer_bwd")
+    keys = (
+        "time/rollout_s",
+        "time/reward_s",
+        "time/update_s",
+        "time/step_s",
+        "count/transformer_fwd",
+        "count/transformer_bwd",
+    )
     med = {n: {k: statistics.median(row[k] for row in rows[n]) for k in keys} for n in METHODS}
     b, steps = args.group_size * args.prompts, args.sampling_steps
-    print(f"\nFLUX {args.config} ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
-          f"{steps} sampling steps (DiffusionNFT: {args.sampler}), torch threads {torch.get_num_threads()}; "
-          f"medians of {args.rounds} rounds")
-    print(f"{'method':16s} {'rollout_s':>10s} {'update_s':>10s} {'step_s':>10s} {'fwd':>6s} {'bwd':>6s} "
-          f"{'rollout KiB/sample':>19s}")
+    print(
+        f"\nFLUX {args.config} ({n_params / 1e6:.2f}M params, {(args.size // 4) ** 2} tokens), {b} samples/step, "
+        f"{steps} sampling steps (DiffusionNFT: {args.sampler}), torch threads {torch.get_num_threads()}; "
+        f"medians of {args.rounds} rounds"
+    )
+    print(
+        f"{'method':16s} {'rollout_s':>10s} {'update_s':>10s} {'step_s':>10s} {'fwd':>6s} {'bwd':>6s} "
+        f"{'rollout KiB/sample':>19s}"
+    )
     for n in METHODS:
         v = med[n]
-        print(f"{n:16s} {v['time/rollout_s']:10.3f} {v['time/update_s']:10.3f} {v['time/step_s']:10.3f} "
-              f"{v['count/transformer_fwd']:6.0f} {v['count/transformer_bwd']:6.0f} {memory[n] / 1024:19.1f}")
+        print(
+            f"{n:16s} {v['time/rollout_s']:10.3f} {v['time/update_s']:10.3f} {v['time/step_s']:10.3f} "
+            f"{v['count/transformer_fwd']:6.0f} {v['count/transformer_bwd']:6.0f} {memory[n] / 1024:19.1f}"
+        )
 
     nft = med["diffusion_nft"]
     out: dict[str, object] = {}
     for base in ("flow_grpo", "flow_grpo_fast"):
         ref = med[base]
-        out.update({
-            f"update_time_ratio_vs_{base}": nft["time/update_s"] / ref["time/update_s"],
-            f"step_time_ratio_vs_{base}": nft["time/step_s"] / ref["time/step_s"],
-            f"bwd_count_ratio_vs_{base}": nft["count/transformer_bwd"] / ref["count/transformer_bwd"],
-            f"fwd_count_ratio_vs_{base}": nft["count/transformer_fwd"] / ref["count/transformer_fwd"],
-            f"rollout_time_ratio_vs_{base}": nft["time/rollout_s"] / ref["time/rollout_s"],
-            f"rollout_bytes_ratio_vs_{base}": memory["diffusion_nft"] / memory[base],
-        })
-    out.update({"rollout_bytes_per_sample": memory, "sampling_steps": steps, "samples_per_step": b,
-                "sampler": args.sampler, "rounds": args.rounds, "model_params": n_params, "config": args.config,
-                "device": str(device)})
-    print(f"\nupdate phase: DiffusionNFT / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} with "
-          f"{out['bwd_count_ratio_vs_flow_grpo']:.2f}x the backward and {out['fwd_count_ratio_vs_flow_grpo']:.2f}x "
-          f"the forward passes of the whole step; whole step {out['step_time_ratio_vs_flow_grpo']:.3f}")
-    print(f"rollout: {out['rollout_time_ratio_vs_flow_grpo']:.3f}x the time, "
-          f"{out['rollout_bytes_ratio_vs_flow_grpo']:.3f}x the memory kept per sample (final latents only)")
-    print(f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
-          f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
-          f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}")
+        out.update(
+            {
+                f"update_time_ratio_vs_{base}": nft["time/update_s"] / ref["time/update_s"],
+                f"step_time_ratio_vs_{base}": nft["time/step_s"] / ref["time/step_s"],
+                f"bwd_count_ratio_vs_{base}": nft["count/transformer_bwd"] / ref["count/transformer_bwd"],
+                f"fwd_count_ratio_vs_{base}": nft["count/transformer_fwd"] / ref["count/transformer_fwd"],
+                f"rollout_time_ratio_vs_{base}": nft["time/rollout_s"] / ref["time/rollout_s"],
+                f"rollout_bytes_ratio_vs_{base}": memory["diffusion_nft"] / memory[base],
+            }
+        )
+    out.update(
+        {
+            "rollout_bytes_per_sample": memory,
+            "sampling_steps": steps,
+            "samples_per_step": b,
+            "sampler": args.sampler,
+            "rounds": args.rounds,
+            "model_params": n_params,
+            "config": args.config,
+            "device": str(device),
+        }
+    )
+    print(
+        f"\nupdate phase: DiffusionNFT / Flow-GRPO = {out['update_time_ratio_vs_flow_grpo']:.3f} with "
+        f"{out['bwd_count_ratio_vs_flow_grpo']:.2f}x the backward and {out['fwd_count_ratio_vs_flow_grpo']:.2f}x "
+        f"the forward passes of the whole step; whole step {out['step_time_ratio_vs_flow_grpo']:.3f}"
+    )
+    print(
+        f"rollout: {out['rollout_time_ratio_vs_flow_grpo']:.3f}x the time, "
+        f"{out['rollout_bytes_ratio_vs_flow_grpo']:.3f}x the memory kept per sample (final latents only)"
+    )
+    print(
+        f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
+        f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
+        f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}"
+    )
     print(json.dumps(out))
 
 

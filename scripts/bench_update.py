@@ -20,6 +20,7 @@ over rounds of the round's paired ratio. The last output line is one JSON object
     .venv/bin/python scripts/bench_update.py --no-compile --rounds 2
     .venv/bin/python scripts/bench_update.py --device cuda --ranks 1 --double 2 --single 4 --size 512
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,7 +44,8 @@ import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from launcher.config import compose  # noqa: E402
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER, WIDE_TRANSFORMER  # noqa: E402
+from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
+from models.tiny_flux import WIDE_TRANSFORMER  # noqa: E402
 
 BATCHED, ROWWISE = 8, 1
 
@@ -74,32 +76,60 @@ class UpdateProbe:
                 out = run(rollout, generator)
             self.syncs, self.updates = counter.total, plan_len
             return out
+
         trainer.updates.run = probed
 
 
 def train_round(trainer, probe, step: int, update_batch: int) -> dict:
     trainer.method.cfg.update_batch = update_batch
     metrics = trainer.train_step(step)
-    return {"update_s": metrics["time/update_s"], "step_s": metrics["time/step_s"], "calls": probe.calls,
-            "syncs_per_update": probe.syncs / max(1, probe.updates), "bwd_rows": metrics["count/transformer_bwd"],
-            "grad_norm": metrics.get("grad_norm", float("nan"))}
+    return {
+        "update_s": metrics["time/update_s"],
+        "step_s": metrics["time/step_s"],
+        "calls": probe.calls,
+        "syncs_per_update": probe.syncs / max(1, probe.updates),
+        "bwd_rows": metrics["count/transformer_bwd"],
+        "grad_norm": metrics.get("grad_norm", float("nan")),
+    }
 
 
 def worker(rank: int, world: int, port: int, args, folder: str, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_RANK=str(rank),
+        LOCAL_WORLD_SIZE=str(world),
+    )
     result: dict = {}
     try:
         from launcher.trainer import RunInfo, Trainer
 
-        overrides = ["logger=none", "method=dance_grpo", "model=tiny_flux", f"model.path={folder}",
-                     f"model.device={args.device}", f"model.height={args.size}", f"model.width={args.size}",
-                     "model.max_sequence_length=16", "model.finetune=lora", "model.lora_rank=32",
-                     "model.lora_alpha=64", f"model.activation_checkpointing={args.activation_checkpointing}",
-                     "trainer.sample_every=0", "trainer.progress=false", f"trainer.threads={args.threads}",
-                     "trainer.export=false", f"method.group_size={args.group}", f"method.prompts_per_step={world}",
-                     f"method.sampling_steps={args.sampling_steps}", f"method.timestep_fraction={args.fraction}",
-                     "method.updates_per_rollout=1", "optimizer.lr=1e-6"]
+        overrides = [
+            "logger=none",
+            "method=dance_grpo",
+            "model=tiny_flux",
+            f"model.path={folder}",
+            f"model.device={args.device}",
+            f"model.height={args.size}",
+            f"model.width={args.size}",
+            "model.max_sequence_length=16",
+            "model.finetune=lora",
+            "model.lora_rank=32",
+            "model.lora_alpha=64",
+            f"model.activation_checkpointing={args.activation_checkpointing}",
+            "trainer.sample_every=0",
+            "trainer.progress=false",
+            f"trainer.threads={args.threads}",
+            "trainer.export=false",
+            f"method.group_size={args.group}",
+            f"method.prompts_per_step={world}",
+            f"method.sampling_steps={args.sampling_steps}",
+            f"method.timestep_fraction={args.fraction}",
+            "method.updates_per_rollout=1",
+            "optimizer.lr=1e-6",
+        ]
         run_dir = Path(out_dir) / "run"
         trainer = Trainer(compose(overrides), RunInfo(run_dir=run_dir))
         probe = UpdateProbe(trainer)
@@ -108,27 +138,37 @@ def worker(rank: int, world: int, port: int, args, folder: str, out_dir: str) ->
             order = (BATCHED, ROWWISE) if r % 2 == 0 else (ROWWISE, BATCHED)
             row = {ub: train_round(trainer, probe, r, ub) for ub in order}
             if rank == 0:
-                print(f"round {r}{' (warm-up)' if r < args.warmup else ''}: " + ", ".join(
-                    f"update_batch={ub}: update {row[ub]['update_s']:.2f} s, {row[ub]['calls']} calls"
-                    for ub in order), flush=True)
+                print(
+                    f"round {r}{' (warm-up)' if r < args.warmup else ''}: "
+                    + ", ".join(
+                        f"update_batch={ub}: update {row[ub]['update_s']:.2f} s, {row[ub]['calls']} calls"
+                        for ub in order
+                    ),
+                    flush=True,
+                )
             if r >= args.warmup:
                 rounds.append(row)
-        result.update(rounds=rounds, params=sum(p.numel() for p in trainer.backbone.transformer.parameters()),
-                      trainable=sum(p.numel() for p in trainer.params),
-                      image_tokens=trainer.backbone.latent_shape[0])
+        result.update(
+            rounds=rounds,
+            params=sum(p.numel() for p in trainer.backbone.transformer.parameters()),
+            trainable=sum(p.numel() for p in trainer.params),
+            image_tokens=trainer.backbone.latent_shape[0],
+        )
         if not args.no_compile:
             from models.compiled_blocks import compile_unavailable_reason
 
             reason = compile_unavailable_reason(trainer.backbone.device)
             if reason is not None:
                 result["compile"] = {"unavailable": reason}
-            else:      # eager at the compiled run's steps, then the eager trainer makes room for the compiled one
+            else:  # eager at the compiled run's steps, then the eager trainer makes room for the compiled one
                 eager_s = [_update_s(trainer, 100 + args.compile_warmup + r) for r in range(args.compile_rounds)]
                 del trainer, probe
                 gc.collect()
                 try:
-                    result["compile"] = {"eager_update_s": eager_s,
-                                         **compiled_update_times(overrides, run_dir, args, rank)}
+                    result["compile"] = {
+                        "eager_update_s": eager_s,
+                        **compiled_update_times(overrides, run_dir, args, rank),
+                    }
                 except Exception as e:  # noqa: BLE001 - reported in the JSON instead of the speedup
                     result["compile"] = {"unavailable": f"compilation failed: {type(e).__name__}: {e}"[:500]}
     except BaseException:  # noqa: BLE001 - reported by the parent
@@ -141,9 +181,9 @@ def compiled_update_times(overrides: list[str], run_dir: Path, args, rank: int) 
     from launcher.trainer import RunInfo, Trainer
 
     compiled = Trainer(compose([*overrides, "model.compile=true"]), RunInfo(run_dir=run_dir.with_name("compiled")))
-    UpdateProbe(compiled)                                      # the same instrumentation as the eager trainer
+    UpdateProbe(compiled)  # the same instrumentation as the eager trainer
     t0 = time.perf_counter()
-    for r in range(args.compile_warmup):                       # these steps compile (each new row count)
+    for r in range(args.compile_warmup):  # these steps compile (each new row count)
         _update_s(compiled, 100 + r)
     warmup_s = time.perf_counter() - t0
     compiled_s = [_update_s(compiled, 100 + args.compile_warmup + r) for r in range(args.compile_rounds)]
@@ -166,16 +206,28 @@ def free_port() -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ranks", type=int, default=2, help="FSDP2 ranks (processes)")
-    ap.add_argument("--config", choices=("wide", "tiny"), default="wide",
-                    help="block width: FLUX.1-dev's (wide) or the tiny twin's (a quick smoke run)")
+    ap.add_argument(
+        "--config",
+        choices=("wide", "tiny"),
+        default="wide",
+        help="block width: FLUX.1-dev's (wide) or the tiny twin's (a quick smoke run)",
+    )
     ap.add_argument("--double", type=int, default=1, help="double-stream blocks (FLUX.1-dev: 19)")
     ap.add_argument("--single", type=int, default=1, help="single-stream blocks (FLUX.1-dev: 38)")
-    ap.add_argument("--size", type=int, default=16,
-                    help="image side in pixels (the twin's VAE halves it, packing 2x2: 16 -> 16 image tokens)")
+    ap.add_argument(
+        "--size",
+        type=int,
+        default=16,
+        help="image side in pixels (the twin's VAE halves it, packing 2x2: 16 -> 16 image tokens)",
+    )
     ap.add_argument("--group", type=int, default=2, help="samples per prompt (one prompt per rank)")
     ap.add_argument("--sampling-steps", type=int, default=6)
-    ap.add_argument("--fraction", type=float, default=0.8,
-                    help="DanceGRPO timestep_fraction: floor(fraction x (steps - 1)) trained steps per sample")
+    ap.add_argument(
+        "--fraction",
+        type=float,
+        default=0.8,
+        help="DanceGRPO timestep_fraction: floor(fraction x (steps - 1)) trained steps per sample",
+    )
     ap.add_argument("--rounds", type=int, default=3, help="measured rounds (each: one step per update_batch)")
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per rank")
@@ -189,8 +241,13 @@ def main() -> None:
     folder = str(model_folder(args.config, args.double, args.single))
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(worker, args=(args.ranks, free_port(), args, folder, out_dir), nprocs=args.ranks,
-                                 join=True, start_method="spawn")
+        ctx = mp.start_processes(
+            worker,
+            args=(args.ranks, free_port(), args, folder, out_dir),
+            nprocs=args.ranks,
+            join=True,
+            start_method="spawn",
+        )
         del ctx
         results = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(args.ranks)]
     for r, res in enumerate(results):
@@ -209,7 +266,8 @@ def main() -> None:
         "host_syncs_per_update": max(row[ub]["syncs_per_update"] for row in rounds for ub in row),
         "step_time_ratio_batched_over_rowwise": paired("step_s"),
         "backward_rows_ratio": med[BATCHED]["bwd_rows"] / med[ROWWISE]["bwd_rows"],
-        "batched": med[BATCHED], "rowwise": med[ROWWISE],
+        "batched": med[BATCHED],
+        "rowwise": med[ROWWISE],
     }
     comp = res.get("compile")
     if comp is None:
@@ -221,21 +279,37 @@ def main() -> None:
         out.update(compile_speedup=speedup, compile_warmup_s=comp["warmup_s"], compile=comp)
     blocks = WIDE_TRANSFORMER if args.config == "wide" else TINY_TRANSFORMER
     width = blocks["num_attention_heads"] * blocks["attention_head_dim"]
-    out["config"] = {"ranks": args.ranks, "double": args.double, "single": args.single, "width": width,
-                     "params": res["params"], "trainable": res["trainable"], "size": args.size,
-                     "image_tokens": res["image_tokens"], "text_tokens": 16, "group": args.group,
-                     "sampling_steps": args.sampling_steps, "fraction": args.fraction, "rounds": args.rounds,
-                     "threads": args.threads, "device": args.device,
-                     "activation_checkpointing": args.activation_checkpointing,
-                     "wall_s": time.perf_counter() - t_start}
+    out["config"] = {
+        "ranks": args.ranks,
+        "double": args.double,
+        "single": args.single,
+        "width": width,
+        "params": res["params"],
+        "trainable": res["trainable"],
+        "size": args.size,
+        "image_tokens": res["image_tokens"],
+        "text_tokens": 16,
+        "group": args.group,
+        "sampling_steps": args.sampling_steps,
+        "fraction": args.fraction,
+        "rounds": args.rounds,
+        "threads": args.threads,
+        "device": args.device,
+        "activation_checkpointing": args.activation_checkpointing,
+        "wall_s": time.perf_counter() - t_start,
+    }
     print()
-    print(f"FLUX.1 width {width}, {args.double} double + {args.single} single blocks ({res['params'] / 1e6:.0f} M "
-          f"params, LoRA {res['trainable'] / 1e6:.2f} M), {args.size}x{args.size}, {args.ranks} FSDP2 rank(s)")
-    print(f"update phase: batched {med[BATCHED]['update_s']:.2f} s ({med[BATCHED]['calls']:.0f} calls) vs "
-          f"row-at-a-time {med[ROWWISE]['update_s']:.2f} s ({med[ROWWISE]['calls']:.0f} calls): time ratio "
-          f"{out['update_time_ratio_batched_over_rowwise']:.3f} (target <= 0.85), calls ratio "
-          f"{out['transformer_calls_ratio']:.3f} (target <= 0.2); host syncs per update "
-          f"{out['host_syncs_per_update']:.1f} (target <= 3); compile speedup {out['compile_speedup']:.2f}")
+    print(
+        f"FLUX.1 width {width}, {args.double} double + {args.single} single blocks ({res['params'] / 1e6:.0f} M "
+        f"params, LoRA {res['trainable'] / 1e6:.2f} M), {args.size}x{args.size}, {args.ranks} FSDP2 rank(s)"
+    )
+    print(
+        f"update phase: batched {med[BATCHED]['update_s']:.2f} s ({med[BATCHED]['calls']:.0f} calls) vs "
+        f"row-at-a-time {med[ROWWISE]['update_s']:.2f} s ({med[ROWWISE]['calls']:.0f} calls): time ratio "
+        f"{out['update_time_ratio_batched_over_rowwise']:.3f} (target <= 0.85), calls ratio "
+        f"{out['transformer_calls_ratio']:.3f} (target <= 0.2); host syncs per update "
+        f"{out['host_syncs_per_update']:.1f} (target <= 3); compile speedup {out['compile_speedup']:.2f}"
+    )
     print(json.dumps(out))
 
 

@@ -19,6 +19,7 @@ scripts/memory_probe.py says (anonymous RSS, file pages excluded).
 
 ``--write`` replaces ``launcher/memory_coefficients.py`` with the fitted table (keeping its docstring's method note).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,14 +39,24 @@ from memory_probe import MALLOC_ENV, PeakProbe, malloc_env  # noqa: E402
 
 #: per family: the published config and the reduced-depth variants (unit name -> config overrides)
 VARIANTS = {
-    "flux": ("FLUX_DEV", {"root": dict(num_layers=0, num_single_layers=0),
-                          "double": dict(num_layers=1, num_single_layers=0),
-                          "single": dict(num_layers=0, num_single_layers=1)}),
+    "flux": (
+        "FLUX_DEV",
+        {
+            "root": dict(num_layers=0, num_single_layers=0),
+            "double": dict(num_layers=1, num_single_layers=0),
+            "single": dict(num_layers=0, num_single_layers=1),
+        },
+    ),
     # SD3.5: a smaller table of position embeddings (384^2 x 1536 fp32 is 0.9 GB; the calls crop 24^2 of it)
-    "sd3": ("SD35_MEDIUM", {"root": dict(num_layers=0, dual_attention_layers=(), pos_embed_max_size=64),
-                            "block_joint_last": dict(num_layers=1, dual_attention_layers=(), pos_embed_max_size=64),
-                            "pair_joint": dict(num_layers=2, dual_attention_layers=(), pos_embed_max_size=64),
-                            "pair_dual": dict(num_layers=2, dual_attention_layers=(0,), pos_embed_max_size=64)}),
+    "sd3": (
+        "SD35_MEDIUM",
+        {
+            "root": dict(num_layers=0, dual_attention_layers=(), pos_embed_max_size=64),
+            "block_joint_last": dict(num_layers=1, dual_attention_layers=(), pos_embed_max_size=64),
+            "pair_joint": dict(num_layers=2, dual_attention_layers=(), pos_embed_max_size=64),
+            "pair_dual": dict(num_layers=2, dual_attention_layers=(0,), pos_embed_max_size=64),
+        },
+    ),
     "qwenimage": ("QWEN_IMAGE", {"root": dict(num_layers=0), "block": dict(num_layers=1)}),
     "wan": ("WAN21_T2V_1_3B", {"root": dict(num_layers=0), "block": dict(num_layers=1)}),
     "wan14b": ("WAN21_T2V_14B", {"root": dict(num_layers=0), "block": dict(num_layers=1)}),
@@ -86,15 +97,21 @@ def measure(family_key: str, config: dict, side: int, text: int) -> dict[str, in
     params = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     saved: dict[int, int] = {}
 
-    def keep(t: torch.Tensor) -> torch.Tensor:      # what autograd holds for the backward, weights excluded
+    def keep(t: torch.Tensor) -> torch.Tensor:  # what autograd holds for the backward, weights excluded
         ptr = t.untyped_storage().data_ptr()
         if ptr not in params:
             saved[ptr] = t.untyped_storage().nbytes()
         return t
+
     with PeakProbe() as train, torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
         out = velocity(model, inputs, torch.float32)
-    result = {"image_tokens": fam.image_tokens(config, shape), "text_tokens": text,
-              "infer": infer.increase, "saved": sum(saved.values()), "peak": train.increase}
+    result = {
+        "image_tokens": fam.image_tokens(config, shape),
+        "text_tokens": text,
+        "infer": infer.increase,
+        "saved": sum(saved.values()),
+        "peak": train.increase,
+    }
     del model, inputs, out
     gc.collect()
     return result
@@ -114,14 +131,15 @@ def calibrate(name: str) -> dict:
 
     config_name, variants = VARIANTS[name]
     base = getattr(published_configs, config_name)
-    measured = {unit: [measure(FAMILY_OF[name], dict(base, **over), *size) for size in SIZES]
-                for unit, over in variants.items()}
+    measured = {
+        unit: [measure(FAMILY_OF[name], dict(base, **over), *size) for size in SIZES] for unit, over in variants.items()
+    }
     fits = {}
     for unit, rows in measured.items():
         if unit != "root":
             rows = [{**r, **{k: r[k] - root[k] for k in KINDS}} for r, root in zip(rows, measured["root"])]
         fits[unit] = {k: solve(rows, k) for k in KINDS}
-    if name == "sd3":      # a joint block = (two joint-kind blocks) - (the last block); dual alike
+    if name == "sd3":  # a joint block = (two joint-kind blocks) - (the last block); dual alike
         last = fits.pop("block_joint_last")
         for pair, unit in (("pair_joint", "block_joint"), ("pair_dual", "block_dual")):
             p = fits.pop(pair)
@@ -131,8 +149,11 @@ def calibrate(name: str) -> dict:
 
 
 #: the published VAEs (models/published_configs.py) and how many latent frames their call decodes
-VAES = {"flux": ("AutoencoderKL", "FLUX_VAE"), "qwenimage": ("AutoencoderKLQwenImage", "QWEN_IMAGE_VAE"),
-        "wan": ("AutoencoderKLWan", "WAN21_VAE")}
+VAES = {
+    "flux": ("AutoencoderKL", "FLUX_VAE"),
+    "qwenimage": ("AutoencoderKLQwenImage", "QWEN_IMAGE_VAE"),
+    "wan": ("AutoencoderKLWan", "WAN21_VAE"),
+}
 
 
 def calibrate_vae(name: str, side: int = 32) -> dict:
@@ -162,7 +183,7 @@ def main() -> None:
     p.add_argument("--write", action="store_true", help="rewrite launcher/memory_coefficients.py")
     args = p.parse_args()
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
-        os.execve(sys.executable, [sys.executable, *sys.argv], malloc_env())    # malloc settings at start-up
+        os.execve(sys.executable, [sys.executable, *sys.argv], malloc_env())  # malloc settings at start-up
     torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
     results = {}
     for name in args.families:
@@ -184,12 +205,13 @@ def write_table(fits: dict, vaes: dict) -> None:
     vae = {**memory_coefficients.VAE_DECODE_BYTES, **vaes}
     path = ROOT / "launcher" / "memory_coefficients.py"
     text = path.read_text()
-    head = text[:text.index("ACTIVATION_BYTES = ")]
+    head = text[: text.index("ACTIVATION_BYTES = ")]
     path.write_text(f"{head}ACTIVATION_BYTES = {table_text(table)}\nVAE_DECODE_BYTES = {table_text(vae)}\n")
 
 
 def table_text(table: dict) -> str:
     """A nested dict as Python source, one line per innermost entry."""
+
     def lines(d: dict, depth: int) -> list[str]:
         pad = "    " * (depth + 1)
         out = []
@@ -201,6 +223,7 @@ def table_text(table: dict) -> str:
             else:
                 out += [f"{pad}{json.dumps(k)}: {{", *lines(v, depth + 1), f"{pad}}},"]
         return out
+
     return "\n".join(["{", *lines(table, 0), "}"])
 
 

@@ -8,6 +8,7 @@ rounds, :func:`probe_costs` times one call of each recorded kind on the same mod
 ideal time of a phase is then :func:`priced`: the sum over its calls of the probed costs, i.e. exactly the
 transformer work of the calls made, at the batch sizes they were made at, with no overhead.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -29,6 +30,7 @@ class CallRecorder:
                 x = kwargs.get("hidden_states", args[0] if args else None)
                 out = output[0] if isinstance(output, (tuple, list)) else output
                 self.calls[(int(x.shape[0]), bool(torch.is_tensor(out) and out.requires_grad))] += 1
+
         self._handle = backbone.transformer.register_forward_hook(hook, with_kwargs=True)
 
     def take(self) -> Counter:
@@ -48,6 +50,7 @@ def record_update_calls(trainer) -> CallRecorder:
             return run(rollout, generator)
         finally:
             recorder.active = False
+
     trainer.updates.run = recorded
     return recorder
 

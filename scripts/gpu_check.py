@@ -24,11 +24,12 @@ printed last. The exit code is 0 only when every section ran to the end (``ok``)
     python3 scripts/gpu_check.py --sections families --families wan2.1 --wan-frames 81
     .venv/bin/python scripts/gpu_check.py --cpu-smoke        # the same code on the CPU at toy sizes (1-2 min)
 """
+
 from __future__ import annotations
 
 import time
 
-T0 = time.monotonic()          # the budget counts from here: imports are part of it
+T0 = time.monotonic()  # the budget counts from here: imports are part of it
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
@@ -44,8 +45,13 @@ from typing import Callable  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-                  HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    WANDB_MODE="disabled",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    TOKENIZERS_PARALLELISM="false",
+)
 
 import torch  # noqa: E402
 
@@ -61,10 +67,24 @@ from gpu_measure.reward_path import section_reward_tower, section_vae  # noqa: E
 
 # packages the check needs that may travel as wheels: their versions and where they were found, read without
 # importing them (a missing one is reported here and fails only the section that needs it)
-REPORTED_PACKAGES = ("torch", "diffusers", "transformers", "huggingface-hub", "hydra-core", "omegaconf",
-                     "antlr4-python3-runtime", "open_clip_torch", "ftfy", "numpy")
-MODULE_OF = {"huggingface-hub": "huggingface_hub", "hydra-core": "hydra", "antlr4-python3-runtime": "antlr4",
-             "open_clip_torch": "open_clip"}
+REPORTED_PACKAGES = (
+    "torch",
+    "diffusers",
+    "transformers",
+    "huggingface-hub",
+    "hydra-core",
+    "omegaconf",
+    "antlr4-python3-runtime",
+    "open_clip_torch",
+    "ftfy",
+    "numpy",
+)
+MODULE_OF = {
+    "huggingface-hub": "huggingface_hub",
+    "hydra-core": "hydra",
+    "antlr4-python3-runtime": "antlr4",
+    "open_clip_torch": "open_clip",
+}
 
 
 def say(msg: str) -> None:
@@ -90,22 +110,40 @@ def _nccl_version() -> str | None:
 
 
 def env_report(device: torch.device) -> dict:
-    out = {"python": platform.python_version(), "torch_cuda_build": torch.version.cuda, "cpu_cores": os.cpu_count(),
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-           "pythonpath": os.environ.get("PYTHONPATH"), "packages": {n: _package(n) for n in REPORTED_PACKAGES}}
+    out = {
+        "python": platform.python_version(),
+        "torch_cuda_build": torch.version.cuda,
+        "cpu_cores": os.cpu_count(),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "pythonpath": os.environ.get("PYTHONPATH"),
+        "packages": {n: _package(n) for n in REPORTED_PACKAGES},
+    }
     if device.type != "cuda":
         return {**out, "device": "cpu"}
     props = torch.cuda.get_device_properties(device)
     free, total = torch.cuda.mem_get_info(device)
-    out.update(device=props.name, capability=f"{props.major}.{props.minor}", device_count=torch.cuda.device_count(),
-               total_gib=round(total / 2**30, 2), free_gib=round(free / 2**30, 2),
-               multiprocessors=props.multi_processor_count, cudnn=torch.backends.cudnn.version(), nccl=_nccl_version(),
-               sdpa={"flash": torch.backends.cuda.flash_sdp_enabled(),
-                     "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
-                     "cudnn": torch.backends.cuda.cudnn_sdp_enabled()})
-    try:                                          # the driver is not visible through torch
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,power.draw",
-                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+    out.update(
+        device=props.name,
+        capability=f"{props.major}.{props.minor}",
+        device_count=torch.cuda.device_count(),
+        total_gib=round(total / 2**30, 2),
+        free_gib=round(free / 2**30, 2),
+        multiprocessors=props.multi_processor_count,
+        cudnn=torch.backends.cudnn.version(),
+        nccl=_nccl_version(),
+        sdpa={
+            "flash": torch.backends.cuda.flash_sdp_enabled(),
+            "mem_efficient": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "cudnn": torch.backends.cuda.cudnn_sdp_enabled(),
+        },
+    )
+    try:  # the driver is not visible through torch
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.max.sm,power.draw", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         out["nvidia_smi"] = smi.stdout.strip() if smi.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired):
         out["nvidia_smi"] = None
@@ -115,14 +153,18 @@ def env_report(device: torch.device) -> dict:
 def default_out() -> Path:
     if os.environ.get("OUT"):
         return Path(os.environ["OUT"])
-    return ROOT / "outputs" / "gpu_check" / datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d_%H%M%S")
+    return ROOT / "outputs" / "gpu_check" / datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d_%H%M%S")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cpu-smoke", action="store_true", help="the same sections on the CPU at toy sizes")
-    p.add_argument("--out", type=Path, default=None,
-                   help="folder for gpu_check.jsonl and the bench logs (default: $OUT, else outputs/gpu_check/<time>)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder for gpu_check.jsonl and the bench logs (default: $OUT, else outputs/gpu_check/<time>)",
+    )
     p.add_argument("--budget-s", type=float, default=None, help="whole-check budget (default 480; smoke 240)")
     p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
     p.add_argument("--families", default=",".join(FAMILY_NAMES), help="families section: comma list of families")
@@ -134,19 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(sections) - set(SECTIONS)) + sorted(set(families) - set(FAMILY_NAMES))
     if unknown:
-        p.error(f"unknown section or family: {', '.join(unknown)} (sections: {', '.join(SECTIONS)}; families: "
-                f"{', '.join(FAMILY_NAMES)})")
+        p.error(
+            f"unknown section or family: {', '.join(unknown)} (sections: {', '.join(SECTIONS)}; families: "
+            f"{', '.join(FAMILY_NAMES)})"
+        )
     if args.wan_frames is not None and (args.wan_frames < 1 or (args.wan_frames - 1) % 4):
         p.error(f"--wan-frames must be 4k + 1 (1, 5, ..., 81), got {args.wan_frames}")
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print(f"gpu_check: no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda}, "
-              f"torch.cuda.is_available() is False): run it on a GPU machine, or pass --cpu-smoke for the CPU smoke "
-              f"run", file=sys.stderr)
+        print(
+            f"gpu_check: no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda}, "
+            f"torch.cuda.is_available() is False): run it on a GPU machine, or pass --cpu-smoke for the CPU smoke "
+            f"run",
+            file=sys.stderr,
+        )
         return 2
     profile = SMOKE if args.cpu_smoke else GPU
     budget = args.budget_s if args.budget_s is not None else profile.budget_s
     device = torch.device(profile.device)
-    if device.type == "cuda":                     # an explicit index: NCCL's device_id and set_device need one
+    if device.type == "cuda":  # an explicit index: NCCL's device_id and set_device need one
         device = torch.device("cuda", torch.cuda.current_device())
         torch.cuda.set_device(device)
     out_dir = args.out or default_out()
@@ -156,10 +203,12 @@ def main(argv: list[str] | None = None) -> int:
 
     say(f"gpu_check: profile {profile.name}, budget {budget:.0f} s, writing {rec.path}")
     env = env_report(device)
-    rec.write("env", "environment", **env, torch=torch.__version__,
-              value=f"torch {torch.__version__} on {env['device']}")
-    runner = SectionRunner(budget, sections, {s: profile.weights[s] for s in sections},
-                           {s: profile.minimum[s] for s in sections}, start=T0)
+    rec.write(
+        "env", "environment", **env, torch=torch.__version__, value=f"torch {torch.__version__} on {env['device']}"
+    )
+    runner = SectionRunner(
+        budget, sections, {s: profile.weights[s] for s in sections}, {s: profile.minimum[s] for s in sections}, start=T0
+    )
     bodies: dict[str, Callable[[float], None]] = {
         "ceilings": lambda a: section_ceilings(chk, rec, a),
         "families": lambda a: section_families(chk, rec, a),
@@ -176,11 +225,20 @@ def main(argv: list[str] | None = None) -> int:
         statuses[name] = res["status"]
         rec.write(name, "section", **res)
     ok = all(s == "ok" for s in statuses.values())
-    rec.write("check", "whole check", status="ok" if ok else "incomplete", profile=profile.name, budget_s=budget,
-              sections=statuses, out=str(out_dir))
+    rec.write(
+        "check",
+        "whole check",
+        status="ok" if ok else "incomplete",
+        profile=profile.name,
+        budget_s=budget,
+        sections=statuses,
+        out=str(out_dir),
+    )
     say("\n" + summary_table(rec.lines))
-    say(f"\ngpu_check: {'every section ok' if ok else 'not every section ok'}; "
-        f"{time.monotonic() - T0:.0f} s; lines in {rec.path}")
+    say(
+        f"\ngpu_check: {'every section ok' if ok else 'not every section ok'}; "
+        f"{time.monotonic() - T0:.0f} s; lines in {rec.path}"
+    )
     return 0 if ok else 1
 
 

@@ -11,6 +11,7 @@ tensor above 64 KiB is its own mapping, returned to the system when freed.
 
 **CUDA.** ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``, minus ``memory_allocated`` before.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,7 +50,7 @@ class PeakProbe:
             self.peak = max(self.peak, rss_anon())
             time.sleep(self.interval)
 
-    def __enter__(self) -> "PeakProbe":
+    def __enter__(self) -> PeakProbe:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()

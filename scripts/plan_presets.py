@@ -7,6 +7,7 @@
 Each row is ``rewardflow <row's overrides> cluster=slurm cluster.gpus_per_node=8 --plan``; no weights are read.
 "+ DanceGRPO x 8 GPUs" stands for the overrides in ``RECIPE``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,14 +20,26 @@ sys.path.insert(0, str(ROOT))
 
 #: DanceGRPO's scale on 8 GPUs (2 prompts x 12 generations per GPU, one sample per backward, 16 steps), instead of
 #: conf/train.yaml's CPU-demo sizes
-RECIPE = ["method=dance_grpo", "method.group_size=12", "method.prompts_per_step=16", "method.update_batch=2",
-          "method.sampling_steps=16"]
+RECIPE = [
+    "method=dance_grpo",
+    "method.group_size=12",
+    "method.prompts_per_step=16",
+    "method.update_batch=2",
+    "method.sampling_steps=16",
+]
 #: each family at its published size (conf/model/<name>.yaml: LoRA), full fine-tuning where the papers use it, and
 #: the preset that names no model with the models its recipe was run on
-FAMILIES = [["model=flux", *RECIPE], ["model=flux", "model.finetune=full", *RECIPE],
-            ["model=sd35m", *RECIPE], ["model=qwenimage", *RECIPE], ["model=qwenimage", "model.finetune=full", *RECIPE],
-            ["model=wan2.1", *RECIPE], ["model=wan2.1", "model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers", *RECIPE],
-            ["experiment=jagg_paper", "model=flux"], ["experiment=jagg_paper", "model=qwenimage", "model.finetune=full"]]
+FAMILIES = [
+    ["model=flux", *RECIPE],
+    ["model=flux", "model.finetune=full", *RECIPE],
+    ["model=sd35m", *RECIPE],
+    ["model=qwenimage", *RECIPE],
+    ["model=qwenimage", "model.finetune=full", *RECIPE],
+    ["model=wan2.1", *RECIPE],
+    ["model=wan2.1", "model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers", *RECIPE],
+    ["experiment=jagg_paper", "model=flux"],
+    ["experiment=jagg_paper", "model=qwenimage", "model.finetune=full"],
+]
 
 
 def rows(gpus: int, mem: float) -> list[tuple[str, object, float]]:
@@ -36,8 +49,9 @@ def rows(gpus: int, mem: float) -> list[tuple[str, object, float]]:
     out = []
     for overrides in [[f"experiment={p}"] for p in presets] + FAMILIES:
         t0 = time.perf_counter()
-        (_, cfg), = compose_runs([*overrides, "cluster=slurm", f"cluster.gpus_per_node={gpus}",
-                                  f"cluster.gpu_mem_gb={mem}"])
+        ((_, cfg),) = compose_runs(
+            [*overrides, "cluster=slurm", f"cluster.gpus_per_node={gpus}", f"cluster.gpu_mem_gb={mem}"]
+        )
         out.append((" ".join(overrides), plan_with_fixes(cfg), time.perf_counter() - t0))
     return out
 
@@ -51,8 +65,10 @@ def main() -> None:
     from launcher.memory_plan import GiB
 
     results = rows(args.gpus, args.gpu_mem_gb)
-    print(f"| run (+ cluster=slurm cluster.gpus_per_node={args.gpus}) | model | rollout GiB | update GiB | "
-          f"on {args.gpus} x {args.gpu_mem_gb:g} GB |")
+    print(
+        f"| run (+ cluster=slurm cluster.gpus_per_node={args.gpus}) | model | rollout GiB | update GiB | "
+        f"on {args.gpus} x {args.gpu_mem_gb:g} GB |"
+    )
     print("| --- | --- | ---: | ---: | --- |")
     for name, result, _ in results:
         if result is None:
@@ -61,8 +77,10 @@ def main() -> None:
         verdict = "fits" if result.fits else "does not fit; fix: " + " / ".join(result.fixes[:2])
         model = result.run.split(" model=")[1].split(" (")[0]
         name = name.replace(" ".join(RECIPE), "+ DanceGRPO x 8 GPUs")
-        print(f"| `{name}` | {model} | {result.phase('rollout') / GiB:.1f} | {result.phase('update') / GiB:.1f} | "
-              f"{verdict} |")
+        print(
+            f"| `{name}` | {model} | {result.phase('rollout') / GiB:.1f} | {result.phase('update') / GiB:.1f} | "
+            f"{verdict} |"
+        )
     print(f"\nslowest plan: {max(t for *_, t in results):.2f} s (composition included)")
     if args.tables:
         for name, result, _ in results:

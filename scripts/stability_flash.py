@@ -15,6 +15,7 @@ Variants: ``flash``, ``itg`` (rectify=false), ``fast1`` (iso_temporal=false rect
 Writes ``<out>/<variant>_seed<k>/{metrics.jsonl,eval.json}`` and ``<out>/stability.png``; the last output line is
 one JSON object.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 VARIANTS = {
-    "flash": [],                                                        # iso-temporal + rectified (the method)
-    "itg": ["method.rectify=false"],                                    # iso-temporal grouping only
-    "fast1": ["method.iso_temporal=false", "method.rectify=false"],     # per-sample k*, no weights
+    "flash": [],  # iso-temporal + rectified (the method)
+    "itg": ["method.rectify=false"],  # iso-temporal grouping only
+    "fast1": ["method.iso_temporal=false", "method.rectify=false"],  # per-sample k*, no weights
     # the same two with one initial latent per group: reward differences within a group then come from the SDE
     # step alone, which is where timestep-confounded grouping should hurt most (docs/results.md#flash-grpo)
     "flash_shared": ["method.share_init_noise=true"],
@@ -46,8 +47,18 @@ def build(variant: str, seed: int, steps: int, out: Path, extra: list[str]):
     from launcher.config import compose
     from launcher.trainer import RunInfo, Trainer
 
-    cfg = compose(["method=flash_grpo", "logger=none", f"trainer.seed={seed}", f"trainer.steps={steps}",
-                   "trainer.sample_every=0", "trainer.progress=false", *VARIANTS[variant], *extra])
+    cfg = compose(
+        [
+            "method=flash_grpo",
+            "logger=none",
+            f"trainer.seed={seed}",
+            f"trainer.steps={steps}",
+            "trainer.sample_every=0",
+            "trainer.progress=false",
+            *VARIANTS[variant],
+            *extra,
+        ]
+    )
     return Trainer(cfg, RunInfo(run_dir=out / f"{variant}_seed{seed}"))
 
 
@@ -112,17 +123,25 @@ def plot(histories: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_e, ax_r, ax_g) = plt.subplots(1, 3, figsize=(16, 4))
-    colours = {"flash": "tab:blue", "itg": "tab:green", "fast1": "tab:red", "flash_shared": "tab:cyan",
-               "itg_shared": "tab:olive", "fast1_shared": "tab:orange"}
+    colours = {
+        "flash": "tab:blue",
+        "itg": "tab:green",
+        "fast1": "tab:red",
+        "flash_shared": "tab:cyan",
+        "itg_shared": "tab:olive",
+        "fast1_shared": "tab:orange",
+    }
     for variant, runs in histories.items():
         for i, (rows, evals) in enumerate(runs):
             steps = [r["step"] for r in rows]
             label = variant if i == 0 else None
-            ax_e.plot([s for s, _ in evals], [v for _, v in evals], "o-", color=colours[variant], alpha=0.7,
-                      label=label)
+            ax_e.plot(
+                [s for s, _ in evals], [v for _, v in evals], "o-", color=colours[variant], alpha=0.7, label=label
+            )
             ax_r.plot(steps, [r["reward/mean"] for r in rows], color=colours[variant], alpha=0.7, label=label)
-            ax_g.plot(steps, [r.get("grad_norm", float("nan")) for r in rows], color=colours[variant], alpha=0.5,
-                      label=label)
+            ax_g.plot(
+                steps, [r.get("grad_norm", float("nan")) for r in rows], color=colours[variant], alpha=0.5, label=label
+            )
     ax_e.set(xlabel="step", ylabel="eval reward", title="deterministic eval, fixed noise (one line per seed)")
     ax_r.set(xlabel="step", ylabel="reward/mean", title="training reward (one line per seed)")
     ax_g.set(xlabel="step", ylabel="grad_norm (before clipping)", yscale="log", title="gradient norm")
@@ -147,15 +166,18 @@ def main() -> None:
 
     histories: dict[str, list] = {v: [] for v in variants}
     per_run = {}
-    for seed in seeds:                       # interleave variants so machine load affects all alike
+    for seed in seeds:  # interleave variants so machine load affects all alike
         for v in variants:
             rows, evals = train(v, seed, args.steps, out, args.overrides, args.eval_every)
             histories[v].append((rows, evals))
             per_run[f"{v}_seed{seed}"] = s = summarise(rows, evals, args.window)
-            print(f"{v:12s} seed {seed}: eval {s['eval_first']:.4f} -> {s['eval_last']:.4f} (max "
-                  f"{s['eval_max']:.4f}); training reward {s['reward_first']:.4f} -> {s['reward_last']:.4f}; grad "
-                  f"norm median {s['grad_norm_median']:.3g}, p90/p10 {s['grad_norm_p90_over_p10']:.2f}, cv "
-                  f"{s['grad_norm_cv']:.2f}", flush=True)
+            print(
+                f"{v:12s} seed {seed}: eval {s['eval_first']:.4f} -> {s['eval_last']:.4f} (max "
+                f"{s['eval_max']:.4f}); training reward {s['reward_first']:.4f} -> {s['reward_last']:.4f}; grad "
+                f"norm median {s['grad_norm_median']:.3g}, p90/p10 {s['grad_norm_p90_over_p10']:.2f}, cv "
+                f"{s['grad_norm_cv']:.2f}",
+                flush=True,
+            )
     plot(histories, out / "stability.png")
 
     summary = {}
@@ -179,10 +201,12 @@ def main() -> None:
         }
     print(f"\nplot: {out / 'stability.png'}")
     for v, s in summary.items():
-        print(f"{v:12s}: eval gain {s['eval_gain_mean']:+.4f} [{s['eval_gain_min']:+.4f}, {s['eval_gain_max']:+.4f}]; "
-              f"training reward gain {s['reward_gain_mean']:+.4f} (min {s['reward_gain_min']:+.4f}), final "
-              f"{s['reward_last_mean']:.4f} +- spread {s['reward_last_spread']:.4f}; grad-norm cv "
-              f"{s['grad_norm_cv_mean']:.2f}, p90/p10 {s['grad_norm_p90_over_p10_mean']:.2f}")
+        print(
+            f"{v:12s}: eval gain {s['eval_gain_mean']:+.4f} [{s['eval_gain_min']:+.4f}, {s['eval_gain_max']:+.4f}]; "
+            f"training reward gain {s['reward_gain_mean']:+.4f} (min {s['reward_gain_min']:+.4f}), final "
+            f"{s['reward_last_mean']:.4f} +- spread {s['reward_last_spread']:.4f}; grad-norm cv "
+            f"{s['grad_norm_cv_mean']:.2f}, p90/p10 {s['grad_norm_p90_over_p10_mean']:.2f}"
+        )
     print(json.dumps({"variants": summary, "runs": per_run, "steps": args.steps, "seeds": seeds}))
 
 

@@ -1,4 +1,5 @@
 """Shared fixtures: offline hub, a per-session tiny-twin cache, Hydra composition helpers."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 # WANDB_MODE=offline: logger.mode=auto would log online for a developer who ran `wandb login`
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_SILENT="true", WANDB_MODE="offline",
-                  HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    WANDB_SILENT="true",
+    WANDB_MODE="offline",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    TOKENIZERS_PARALLELISM="false",
+)
 os.environ.pop("WANDB_API_KEY", None)
 
 
@@ -79,7 +86,8 @@ def no_model_building(monkeypatch):
 
     def boom(self, *args, **kwargs):
         raise AssertionError(f"{type(self).__name__} was built before the config was validated")
+
     for schema in all_schemas()["model"].values():
-        for cls in get_class(schema._target_).__mro__[:-1]:            # all but object
+        for cls in get_class(schema._target_).__mro__[:-1]:  # all but object
             if "__init__" in vars(cls):
                 monkeypatch.setattr(cls, "__init__", boom)

@@ -4,6 +4,7 @@
 after ``init_process_group("gloo")``, and returns the list of per-rank return values (picklable). A failure in any
 rank raises in the caller, with that rank's traceback.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,9 @@ def free_port() -> int:
 
 
 def _worker(rank, world_size, port, out_dir, fn, args):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
@@ -39,8 +41,13 @@ def _worker(rank, world_size, port, out_dir, fn, args):
 
 def run_distributed(fn, world_size: int, *args, timeout: float = 300.0):
     with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_worker, args=(world_size, free_port(), out_dir, fn, args), nprocs=world_size,
-                                 join=False, start_method="spawn")
+        ctx = mp.start_processes(
+            _worker,
+            args=(world_size, free_port(), out_dir, fn, args),
+            nprocs=world_size,
+            join=False,
+            start_method="spawn",
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and any(p.is_alive() for p in ctx.processes):
             time.sleep(0.2)

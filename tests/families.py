@@ -1,6 +1,7 @@
 """The model families' tiny twins as the tests build them: every ``conf/model/tiny_*.yaml`` option, built through its
 family's real adapter from the config that option composes (shared by the family, FSDP, e2e and GPU-check tests).
 What differs between families (pipeline arguments, timestep convention, video or image) the backbones declare."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +16,7 @@ from conftest import compose, group_options
 
 @dataclass(frozen=True)
 class Family:
-    name: str                 # config option (model=<name>)
+    name: str  # config option (model=<name>)
 
     def config(self, **overrides):
         """The twin's typed config as ``model=<name>`` composes it, with ``overrides`` replaced."""

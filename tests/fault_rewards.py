@@ -1,4 +1,5 @@
 """Rewards that misbehave on purpose, for end-to-end runs through the CLI (imported through PYTHONPATH=tests)."""
+
 from __future__ import annotations
 
 from rewards.color import ColorReward

@@ -5,6 +5,7 @@
 * :class:`IdentityBackbone`: ``v = theta``, a learnable latent-shaped tensor (the model of invariants 6-7).
 * ``wan_unipc(n)``: the real diffusers scheduler of Wan2.1 (UniPC flow sigmas, shift 3, final sigma 0).
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,9 @@ LATENT = (2, 3, 4, 4)
 def wan_unipc(num_steps: int = 20, shift: float = 3.0):
     from diffusers import UniPCMultistepScheduler
 
-    sched = UniPCMultistepScheduler(use_flow_sigmas=True, flow_shift=shift, final_sigmas_type="zero",
-                                    prediction_type="flow_prediction")
+    sched = UniPCMultistepScheduler(
+        use_flow_sigmas=True, flow_shift=shift, final_sigmas_type="zero", prediction_type="flow_prediction"
+    )
     sched.set_timesteps(num_steps)
     return sched
 
@@ -58,16 +60,17 @@ class ParamTransformer(nn.Module):
 
 class ToyBackbone(Backbone):
     """Args:
-        cfg_scale: None for no CFG (one call per velocity, like Flux's embedded guidance), else true CFG
-            ``v_u + w (v_c - v_u)`` with an empty-prompt branch (two calls, like Wan's 4.5).
-        dtype: latents, weights and velocities.
-        identity: use :class:`ParamTransformer` (``v = theta``) instead of the MLP.
+    cfg_scale: None for no CFG (one call per velocity, like Flux's embedded guidance), else true CFG
+        ``v_u + w (v_c - v_u)`` with an empty-prompt branch (two calls, like Wan's 4.5).
+    dtype: latents, weights and velocities.
+    identity: use :class:`ParamTransformer` (``v = theta``) instead of the MLP.
     """
 
     name = "toy"
 
-    def __init__(self, cfg_scale: float | None = None, dtype: torch.dtype = torch.float32, identity: bool = False,
-                 seed: int = 0):
+    def __init__(
+        self, cfg_scale: float | None = None, dtype: torch.dtype = torch.float32, identity: bool = False, seed: int = 0
+    ):
         torch.manual_seed(seed)
         d = 1
         for s in LATENT:
@@ -77,8 +80,9 @@ class ToyBackbone(Backbone):
         self.transformer = (ParamTransformer(LATENT, dtype) if identity else ToyTransformer(d)).to(dtype)
 
     def encode_prompts(self, prompts):
-        text = torch.stack([torch.randn(4, generator=torch.Generator().manual_seed(sum(map(ord, p))))
-                            for p in prompts]).to(self.dtype)
+        text = torch.stack(
+            [torch.randn(4, generator=torch.Generator().manual_seed(sum(map(ord, p)))) for p in prompts]
+        ).to(self.dtype)
         return PromptEmbeds({"text": text})
 
     @property
@@ -97,7 +101,7 @@ class ToyBackbone(Backbone):
         return v_u + self.cfg_scale * (v_c - v_u)
 
     def decode(self, latents):
-        return torch.sigmoid(latents[:, 0].float())           # (B, 3, 4, 4) "images" in [0, 1]
+        return torch.sigmoid(latents[:, 0].float())  # (B, 3, 4, 4) "images" in [0, 1]
 
 
 class IdentityBackbone(ToyBackbone):
@@ -114,8 +118,9 @@ class MeanReward(nn.Module):
         return images[:, 0].mean((1, 2))
 
 
-def flash_method(backbone: Backbone, overrides: list[str] | None = None, sigmas: torch.Tensor | None = None,
-                 monkeypatch=None):
+def flash_method(
+    backbone: Backbone, overrides: list[str] | None = None, sigmas: torch.Tensor | None = None, monkeypatch=None
+):
     """A :class:`FlashGRPO` from conf/method/flash_grpo.yaml (+ ``overrides``); ``sigmas`` replaces the schedule
     (e.g. Wan's UniPC sigmas) through ``monkeypatch``."""
     from omegaconf import OmegaConf

@@ -15,6 +15,7 @@ Each listed package is, in this order of preference:
 Packages this environment has and the list does not (diffusers, hydra-core, wandb, ...) are not there: they must
 come from the ``.whl/`` set, exactly as on the GPU machine.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -33,7 +34,7 @@ DOWNLOADS = ROOT / ".rewardflow_cache" / "gpu_rehearsal" / f"py{sys.version_info
 # Linked at this environment's version although the GPU machine has another one, and why.
 LINKED_DESPITE_VERSION = {
     "torch": "this machine's torch, linked: the GPU machine's build is a CUDA 13 wheel for CPython 3.12, and "
-             "installing any torch here downloads gigabytes",
+    "installing any torch here downloads gigabytes",
     "torchvision": "must match the linked torch",
     "triton": "must match the linked torch",
     "numpy": "numpy 2.5 publishes no wheels for CPython 3.11",
@@ -104,10 +105,18 @@ def build(dest: Path) -> Rehearsal:
     linked like the rest)."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True)
     python = dest / "bin" / "python3"
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    here = {normalize(d.metadata["Name"]): d
-            for d in importlib.metadata.distributions(path=[sysconfig.get_paths()["purelib"]])}
+    site = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    here = {
+        normalize(d.metadata["Name"]): d
+        for d in importlib.metadata.distributions(path=[sysconfig.get_paths()["purelib"]])
+    }
     claims = Counter(parts[0] for d in here.values() for parts in {p[:1] for p in _top_levels(d)})
     shared_tops = {top for top, n in claims.items() if n > 1}
 
@@ -128,9 +137,34 @@ def build(dest: Path) -> Rehearsal:
         DOWNLOADS.mkdir(parents=True, exist_ok=True)
         missing = [f"{n}=={v}" for n, v in to_install.items() if _wheel_in(DOWNLOADS, n, v) is None]
         if missing:
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-                            "-d", str(DOWNLOADS), *missing], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
-                        *(str(_wheel_in(DOWNLOADS, n, v)) for n, v in to_install.items())], check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "-q",
+                    "--no-deps",
+                    "--only-binary=:all:",
+                    "-d",
+                    str(DOWNLOADS),
+                    *missing,
+                ],
+                check=True,
+            )
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "-q",
+                "--no-index",
+                "--no-deps",
+                "--no-compile",
+                *(str(_wheel_in(DOWNLOADS, n, v)) for n, v in to_install.items()),
+            ],
+            check=True,
+        )
         out.installed.update(to_install)
     return out

@@ -3,6 +3,7 @@
 The tests run the real method code (``JAGG.backward`` and the baseline's exact ``GRPO.backward``) on velocity models
 small enough to reason about: an affine model ``v = A z + u t + c`` (Theorem 1) and a tanh MLP (nonlinear).
 """
+
 from __future__ import annotations
 
 import torch
@@ -74,8 +75,18 @@ def fp32_exact(sigmas: torch.Tensor) -> torch.Tensor:
 
 def make_jagg(net: nn.Module, dim: int, **overrides) -> JAGG:
     """JAGG over DanceGRPO's sampler on a toy backbone, schedule N = 21, shift 3, fp32-exact sigmas."""
-    values = dict(base="dance_grpo", sampling_steps=21, shift=3.0, eta=0.3, window=4, jagg_frac=1.0,
-                  quantize_timestep=False, clip_range=1e-4, group_size=2, prompts_per_step=1)
+    values = dict(
+        base="dance_grpo",
+        sampling_steps=21,
+        shift=3.0,
+        eta=0.3,
+        window=4,
+        jagg_frac=1.0,
+        quantize_timestep=False,
+        clip_range=1e-4,
+        group_size=2,
+        prompts_per_step=1,
+    )
     values.update(overrides)
     method = JAGG(OmegaConf.to_object(OmegaConf.structured(JAGGConfig(**values))), ToyBackbone(net, dim))
     method.sigmas = fp32_exact(method.sigmas)
@@ -83,8 +94,9 @@ def make_jagg(net: nn.Module, dim: int, **overrides) -> JAGG:
     return method
 
 
-def sde_rollout(method: JAGG, b: int, seed: int = 0, collinear: bool = False,
-                old_policy: nn.Module | None = None) -> Rollout:
+def sde_rollout(
+    method: JAGG, b: int, seed: int = 0, collinear: bool = False, old_policy: nn.Module | None = None
+) -> Rollout:
     """A float64 rollout of ``b`` samples over all N steps with the method's SDE and (``old_policy`` or) its model.
 
     With ``collinear``, the states inside each group of trained steps are forced onto the t-weighted line between the
@@ -109,7 +121,9 @@ def sde_rollout(method: JAGG, b: int, seed: int = 0, collinear: bool = False,
             first = int(trainable[0, k * w])
             steps = torch.arange(first, first + w)
             alpha = (sde.sigmas[first] - sde.sigmas[steps]) / (sde.sigmas[first] - sde.sigmas[first + w - 1])
-            x[:, steps] = (1 - alpha)[None, :, None] * x[:, first, None] + alpha[None, :, None] * x[:, first + w - 1, None]
+            x[:, steps] = (1 - alpha)[None, :, None] * x[:, first, None] + alpha[None, :, None] * x[
+                :, first + w - 1, None
+            ]
     log_probs = torch.empty(b, n, dtype=F64)
     for i in range(n):
         index = torch.full((b,), i)
@@ -117,17 +131,26 @@ def sde_rollout(method: JAGG, b: int, seed: int = 0, collinear: bool = False,
             v = net(x[:, i], sde.sigma(index).float())
         log_probs[:, i] = sde.log_prob(x[:, i + 1], x[:, i], v, index)[0]
     prompts = [f"p{k}" for k in range(b)]
-    return Rollout(prompts=prompts, group_keys=[0] * b, embeds=method.backbone.encode_prompts(prompts),
-                   images=x[:, -1], latents=x, log_probs=log_probs, train_steps=groups.steps,
-                   advantages=torch.randn(b, generator=g, dtype=F64), extras={"jagg_groups": groups})
+    return Rollout(
+        prompts=prompts,
+        group_keys=[0] * b,
+        embeds=method.backbone.encode_prompts(prompts),
+        images=x[:, -1],
+        latents=x,
+        log_probs=log_probs,
+        train_steps=groups.steps,
+        advantages=torch.randn(b, generator=g, dtype=F64),
+        extras={"jagg_groups": groups},
+    )
 
 
 def grads(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: p.grad.detach().clone() for k, p in module.named_parameters() if p.grad is not None}
 
 
-def gradient(method: JAGG, rollout: Rollout, exact: bool, samples: torch.Tensor | None = None,
-             update_size: int | None = None) -> dict[str, torch.Tensor]:
+def gradient(
+    method: JAGG, rollout: Rollout, exact: bool, samples: torch.Tensor | None = None, update_size: int | None = None
+) -> dict[str, torch.Tensor]:
     """``.grad`` after one backward of ``samples`` (default: all) by JAGG, or by the baseline's exact backward."""
     net = method.backbone.transformer
     net.zero_grad(set_to_none=True)

@@ -1,4 +1,5 @@
 """Fault injection for the SLURM tests (imported inside the jobs through PYTHONPATH=tests)."""
+
 from __future__ import annotations
 
 from methods.dance_grpo import DanceGRPO

@@ -1,6 +1,7 @@
 """Helpers of the tests that submit real SLURM jobs (tests/test_slurm.py, tests/test_slurm_multinode.py): the
 cluster's state, the sweeps' folders, metrics, checkpoints and W&B runs of a job, and the uninterrupted reference run
 that interrupted jobs must reproduce."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,19 @@ from launcher.wandb_offline import find_offline_runs, read_offline_run
 
 
 def slurm_up() -> bool:
-    return subprocess.run(["bash", str(ROOT / "scripts" / "slurm_cluster.sh"), "status"],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(["bash", str(ROOT / "scripts" / "slurm_cluster.sh"), "status"], capture_output=True).returncode
+        == 0
+    )
 
 
-SLURM = ["cluster=slurm", "cluster.gpus_per_node=0", "cluster.tasks_per_node=2", "trainer.threads=1",
-         "trainer.progress=false"]
+SLURM = [
+    "cluster=slurm",
+    "cluster.gpus_per_node=0",
+    "cluster.tasks_per_node=2",
+    "trainer.threads=1",
+    "trainer.progress=false",
+]
 SMALL = ["experiment=smoke", "method.prompts_per_step=2"]
 STEPS = 200
 LONG = [*SMALL, f"trainer.steps={STEPS}", "trainer.ckpt_every=50", "trainer.keep_last_ckpts=4"]
@@ -61,14 +69,24 @@ def wandb_steps(job: Path) -> tuple[set[str], list[int]]:
 
 def run(args: list[str], timeout: float, env_extra: dict | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, **(env_extra or {})}
-    return subprocess.run([*rewardflow_cmd(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env=env)
+    return subprocess.run(
+        [*rewardflow_cmd(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def reference_run(root: Path, steps: int = STEPS) -> Path:
     """The uninterrupted run every interrupted one must reproduce (same ranks and threads, submitit local)."""
-    proc = run(["cluster=local_multi", "cluster.tasks_per_node=2", "trainer.threads=1", "trainer.progress=false",
-                *LONG, f"output_root={root}"], timeout=600)
+    proc = run(
+        [
+            "cluster=local_multi",
+            "cluster.tasks_per_node=2",
+            "trainer.threads=1",
+            "trainer.progress=false",
+            *LONG,
+            f"output_root={root}",
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return job_dirs(root)[0]
 
@@ -87,9 +105,9 @@ def wait_for_step(job_root: Path, step: int, proc: subprocess.Popen, timeout: fl
 def assert_same_as_reference(job: Path, reference: Path, steps: int = STEPS) -> None:
     """The run equals the first ``steps`` steps of the uninterrupted reference (data and noise depend on the step
     only, so a shorter run is a prefix of a longer one)."""
-    assert untimed(job) == untimed(reference)[:steps]                # every step once, same numbers
+    assert untimed(job) == untimed(reference)[:steps]  # every step once, same numbers
     ref_w, w = weights_at(reference, steps - 1), weights_at(job, steps - 1)
     assert ref_w.keys() == w.keys() and all(torch.equal(ref_w[k], w[k]) for k in ref_w)
     ids, logged = wandb_steps(job)
-    assert len(ids) == 1, ids                                        # one W&B run across the requeues
-    assert logged == list(range(steps))                              # no repeated or missing step
+    assert len(ids) == 1, ids  # one W&B run across the requeues
+    assert logged == list(range(steps))  # no repeated or missing step

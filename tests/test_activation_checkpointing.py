@@ -1,6 +1,7 @@
 """model.activation_checkpointing=none|full|every_k|auto (docs/performance.md#activation-checkpointing): on every
 family's tiny twin the chosen blocks, and only they, run their forward again in the backward, and every setting
 gives the gradients of no checkpointing; bad values are config errors before any model is built."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,9 +9,9 @@ import torch
 
 from conftest import compose
 from families import FAMILIES, NAMES
-from rewardflow.errors import ConfigError
 from launcher.validate import validate
 from models.activation_checkpointing import apply_activation_checkpointing, checkpointed_blocks
+from rewardflow.errors import ConfigError
 
 PROMPTS = ["a red square", "a photo of a blue circle"]
 
@@ -33,15 +34,16 @@ def test_chosen_blocks_are_recomputed_and_gradients_do_not_change(name, twin_cac
     params = list(bb.trainable_parameters())
     runs = [0] * len(blocks)
     # pre-hooks: a recomputation stops as soon as it has rebuilt what the backward needs, before the block returns
-    hooks = [b.register_forward_pre_hook(lambda *a, i=i: runs.__setitem__(i, runs[i] + 1))
-             for i, b in enumerate(blocks)]
+    hooks = [
+        b.register_forward_pre_hook(lambda *a, i=i: runs.__setitem__(i, runs[i] + 1)) for i, b in enumerate(blocks)
+    ]
 
     def forward_backward():
         runs[:] = [0] * len(blocks)
         for p in params:
             p.grad = None
         bb.velocity(x, s, emb).square().mean().backward()
-        return [None if p.grad is None else p.grad.clone() for p in params]   # Qwen-Image: some LoRA get none
+        return [None if p.grad is None else p.grad.clone() for p in params]  # Qwen-Image: some LoRA get none
 
     results = {}
     for mode in ("none", "full", "every_k"):
@@ -69,5 +71,6 @@ def test_auto_is_full_and_the_setting_is_built_into_the_backbone(twin_cache):
 def test_a_bad_k_is_a_config_error_naming_the_key(no_model_building):
     """(An unknown mode fails at composition, listing the valid ones: tests/test_config.py.)"""
     with pytest.raises(ConfigError, match="model.activation_checkpointing_k: must be >= 1"):
-        validate(compose(["model=tiny_flux", "model.activation_checkpointing=every_k",
-                          "model.activation_checkpointing_k=0"]))
+        validate(
+            compose(["model=tiny_flux", "model.activation_checkpointing=every_k", "model.activation_checkpointing_k=0"])
+        )

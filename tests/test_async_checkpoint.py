@@ -2,6 +2,7 @@
 staged, training may change the parameters and optimizer state in place at once, and the checkpoint, committed in
 the background, holds the values of the moment it was saved; in one process and on 2 FSDP2 gloo ranks (whose
 background writes run on a process group of their own)."""
+
 from __future__ import annotations
 
 import torch
@@ -43,7 +44,7 @@ def _save_train_load(root: str, sharded: bool) -> bool:
     manager = CheckpointManager(root, current_world(), asynchronous=True)
     saved = _state(model, opt)
     manager.save(1, model, opt, {"wallclock_s": 1.0})
-    for _ in range(3):                              # training goes on while the checkpoint is written
+    for _ in range(3):  # training goes on while the checkpoint is written
         model(torch.randn(3, 8)).square().sum().backward()
         opt.step()
         opt.zero_grad()

@@ -1,5 +1,6 @@
 """Every bad input of issue 16 fails fast on the command line: a non-zero exit code, a message naming the key (and the
 fix), no traceback, and for sweeps nothing started (docs/configuration.md#validation)."""
+
 from __future__ import annotations
 
 import os
@@ -15,12 +16,18 @@ from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_twins import tiny_reward_overrides
 
-CONFIG_ERROR = 2          # the CLI's exit code for config errors (launcher/cli.py)
+CONFIG_ERROR = 2  # the CLI's exit code for config errors (launcher/cli.py)
 
 
 def cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([*rewardflow_cmd(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*rewardflow_cmd(), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def assert_reported(proc: subprocess.CompletedProcess, *keys: str, code: int = CONFIG_ERROR) -> None:
@@ -40,14 +47,21 @@ def prompt_files(tmp_path) -> dict[str, Path]:
 
 
 # ------------------------------------------------------------------------------------------- single runs, CLI
-@pytest.mark.parametrize("args,keys,code", [
-    (["optimizer.lr=nan"], ["optimizer.lr", "finite"], CONFIG_ERROR),
-    (["+method.clip_rnage=0.1"], ["method.clip_rnage", "did you mean method.clip_range?"], CONFIG_ERROR),
-    (["+trainer.stpes=3", "+nonsense=1"], ["trainer.stpes", "trainer.steps?", "nonsense", "2 config errors"],
-     CONFIG_ERROR),
-    (["logger.mode=onlin"], ["logger.mode", "auto, online, offline"], 1),              # Hydra's composition error
-    (["model.dtype=bf32"], ["model.dtype", "bfloat16, bf16"], 1),
-], ids=["lr-nan", "plus-key-typo", "plus-keys", "logger-mode", "dtype"])
+@pytest.mark.parametrize(
+    "args,keys,code",
+    [
+        (["optimizer.lr=nan"], ["optimizer.lr", "finite"], CONFIG_ERROR),
+        (["+method.clip_rnage=0.1"], ["method.clip_rnage", "did you mean method.clip_range?"], CONFIG_ERROR),
+        (
+            ["+trainer.stpes=3", "+nonsense=1"],
+            ["trainer.stpes", "trainer.steps?", "nonsense", "2 config errors"],
+            CONFIG_ERROR,
+        ),
+        (["logger.mode=onlin"], ["logger.mode", "auto, online, offline"], 1),  # Hydra's composition error
+        (["model.dtype=bf32"], ["model.dtype", "bfloat16, bf16"], 1),
+    ],
+    ids=["lr-nan", "plus-key-typo", "plus-keys", "logger-mode", "dtype"],
+)
 def test_a_bad_value_is_a_message_naming_the_key(args, keys, code, tmp_path):
     run_dir = tmp_path / "run"
     proc = cli(*args, f"hydra.run.dir={run_dir}")
@@ -60,21 +74,32 @@ def test_prompt_files_that_are_not_text_name_data_path_and_data_encoding(prompt_
     assert_reported(proc, "data.path", "not valid utf-8", "data.encoding=")
     proc = cli("data=file", f"data.path={prompt_files['binary']}", f"hydra.run.dir={tmp_path / 'b'}")
     assert_reported(proc, "data.path", "binary file")
-    proc = cli("data=file", f"data.path={prompt_files['utf16']}", "data.encoding=no-such-codec",
-               f"hydra.run.dir={tmp_path / 'c'}")
+    proc = cli(
+        "data=file",
+        f"data.path={prompt_files['utf16']}",
+        "data.encoding=no-such-codec",
+        f"hydra.run.dir={tmp_path / 'c'}",
+    )
     assert_reported(proc, "data.encoding='no-such-codec'")
 
 
 def test_data_encoding_reads_a_named_encoding(prompt_files, no_model_building):
     assert validate(compose(["data=file", f"data.path={prompt_files['latin1']}", "data.encoding=latin-1"])) == [
-        "a red café", "a blue sky"]
-    assert validate(compose(["data=file", f"data.path={prompt_files['utf16']}", "data.encoding=utf-16",
-                             "data.prompts=null"])) == ["a red square", "a blue sky"]
+        "a red café",
+        "a blue sky",
+    ]
+    assert validate(
+        compose(["data=file", f"data.path={prompt_files['utf16']}", "data.encoding=utf-16", "data.prompts=null"])
+    ) == ["a red square", "a blue sky"]
 
 
 def test_a_nan_reward_weight_is_rejected_before_training(tiny_rewards, tmp_path):
-    proc = cli("reward=multi", *tiny_reward_overrides(tiny_rewards, "multi"), "reward.weights.hps=nan",
-               f"hydra.run.dir={tmp_path / 'run'}")
+    proc = cli(
+        "reward=multi",
+        *tiny_reward_overrides(tiny_rewards, "multi"),
+        "reward.weights.hps=nan",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
     assert_reported(proc, "reward.weights.hps", "finite")
 
 
@@ -96,8 +121,14 @@ def test_devices_a_gpu_less_machine_refuses_cuda_and_real_families_and_lists_eve
 
 def test_the_first_log_line_names_device_dtype_world_size_and_mesh(tmp_path):
     run_dir = tmp_path / "run"
-    proc = cli("experiment=smoke", "trainer.steps=1", "logger=none", "trainer.threads=1", "trainer.export=false",
-               f"hydra.run.dir={run_dir}")
+    proc = cli(
+        "experiment=smoke",
+        "trainer.steps=1",
+        "logger=none",
+        "trainer.threads=1",
+        "trainer.export=false",
+        f"hydra.run.dir={run_dir}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     first = proc.stdout.splitlines()[0]
     assert "device cpu, dtype float32, world size 1, mesh none" in first and first.endswith(f"run dir {run_dir}")
@@ -107,11 +138,16 @@ def test_the_first_log_line_names_device_dtype_world_size_and_mesh(tmp_path):
 def test_a_local_sweep_with_a_bad_point_runs_nothing_and_names_every_bad_point(tmp_path):
     sweep = tmp_path / "sweep"
     proc = cli("-m", "method.clip_range=-1,0.0001", "trainer.steps=1,0", "logger=none", f"hydra.sweep.dir={sweep}")
-    assert_reported(proc, "3 of 4 sweep points cannot run, so none was started",
-                    "point 0 (method.clip_range=-1 trainer.steps=1 logger=none)", "point 3 (method.clip_range=0.0001 "
-                    "trainer.steps=0", "method.clip_range: must be > 0", "trainer.steps: must be >= 1")
+    assert_reported(
+        proc,
+        "3 of 4 sweep points cannot run, so none was started",
+        "point 0 (method.clip_range=-1 trainer.steps=1 logger=none)",
+        "point 3 (method.clip_range=0.0001 trainer.steps=0",
+        "method.clip_range: must be > 0",
+        "trainer.steps: must be >= 1",
+    )
     assert "point 2 " not in proc.stderr
-    assert not sweep.exists()                       # no job folder, not even the sweep's
+    assert not sweep.exists()  # no job folder, not even the sweep's
 
 
 def test_a_local_multi_sweep_with_a_bad_point_starts_no_rank(tmp_path):
@@ -130,7 +166,7 @@ def slurm_answers() -> bool:
 
 
 def test_cluster_slurm_without_slurm_commands_says_so_before_queueing(tmp_path):
-    bare = tmp_path / "bin"                       # a PATH with python only: no sbatch / sinfo / srun
+    bare = tmp_path / "bin"  # a PATH with python only: no sbatch / sinfo / srun
     bare.mkdir()
     (bare / "python").symlink_to(sys.executable)
     proc = cli("cluster=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"PATH": str(bare)})
@@ -138,10 +174,12 @@ def test_cluster_slurm_without_slurm_commands_says_so_before_queueing(tmp_path):
     assert not (tmp_path / "sweep").exists()
 
 
-@pytest.mark.skipif(shutil.which("sinfo") is None or not Path("/etc/slurm/slurm.conf").is_file(),
-                    reason="needs SLURM's commands and a slurm.conf to point elsewhere")
+@pytest.mark.skipif(
+    shutil.which("sinfo") is None or not Path("/etc/slurm/slurm.conf").is_file(),
+    reason="needs SLURM's commands and a slurm.conf to point elsewhere",
+)
 def test_cluster_slurm_with_an_unreachable_controller_says_so_before_queueing(tmp_path):
-    conf = tmp_path / "slurm.conf"              # the real configuration, with a controller port nobody listens on
+    conf = tmp_path / "slurm.conf"  # the real configuration, with a controller port nobody listens on
     lines = Path("/etc/slurm/slurm.conf").read_text().splitlines()
     conf.write_text("\n".join(line for line in lines if not line.startswith("SlurmctldPort")) + "\nSlurmctldPort=1\n")
     proc = cli("cluster=slurm", f"hydra.sweep.dir={tmp_path / 'sweep'}", env={"SLURM_CONF": str(conf)})
@@ -154,8 +192,13 @@ def test_cluster_slurm_with_an_unknown_partition_or_a_bad_point_queues_nothing(t
     before = squeue_and_sacct_ids()
     proc = cli("cluster=slurm", "cluster.partition=no_such_partition", f"hydra.sweep.dir={tmp_path / 'a'}")
     assert_reported(proc, "cluster.partition='no_such_partition'", "does not exist")
-    proc = cli("cluster=slurm", "cluster.gpus_per_node=0", "cluster.tasks_per_node=1", "method.clip_range=-1,0.0001",
-               f"hydra.sweep.dir={tmp_path / 'b'}")
+    proc = cli(
+        "cluster=slurm",
+        "cluster.gpus_per_node=0",
+        "cluster.tasks_per_node=1",
+        "method.clip_range=-1,0.0001",
+        f"hydra.sweep.dir={tmp_path / 'b'}",
+    )
     assert_reported(proc, "1 of 2 sweep points", "method.clip_range=-1", "method.clip_range: must be > 0")
     assert squeue_and_sacct_ids() == before
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
@@ -163,8 +206,9 @@ def test_cluster_slurm_with_an_unknown_partition_or_a_bad_point_queues_nothing(t
 
 def squeue_and_sacct_ids() -> set[str]:
     out = subprocess.run(["squeue", "--noheader", "--all", "--format=%i"], capture_output=True, text=True).stdout
-    acct = subprocess.run(["sacct", "--noheader", "--allusers", "--format=JobID", "--starttime=now-1hour"],
-                          capture_output=True, text=True).stdout
+    acct = subprocess.run(
+        ["sacct", "--noheader", "--allusers", "--format=JobID", "--starttime=now-1hour"], capture_output=True, text=True
+    ).stdout
     return set(out.split()) | set(acct.split())
 
 

@@ -1,4 +1,5 @@
 """reward=brightness, the example reward of docs/extending.md: its score, its gradient and its check hook."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Checkpoint faults (issue 16): a damaged newest checkpoint is skipped for the previous complete one, a run whose
 every checkpoint is damaged refuses to start over, and no file of a run folder is unpickled beyond plain data, so
 a crafted checkpoint cannot run code."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,14 @@ from launcher.checkpoint import CheckpointManager, NoUsableCheckpoint
 from launcher.trainer import RunInfo, Trainer
 from rewardflow.distributed import World
 
-RUN = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2", "trainer.keep_last_ckpts=3",
-       "trainer.threads=1"]
+RUN = [
+    "experiment=smoke",
+    "logger=none",
+    "trainer.steps=6",
+    "trainer.ckpt_every=2",
+    "trainer.keep_last_ckpts=3",
+    "trainer.threads=1",
+]
 
 
 def params(trainer):
@@ -55,10 +62,10 @@ def _truncate_shard(ckpt):
     shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
 
 
-def _zero_shard(ckpt):                                  # same size: only loading it can tell
+def _zero_shard(ckpt):  # same size: only loading it can tell
     shard = next(ckpt.glob("*.distcp"))
     data = bytearray(shard.read_bytes())
-    data[len(data) // 4: 3 * len(data) // 4] = bytes(len(data) // 2)
+    data[len(data) // 4 : 3 * len(data) // 4] = bytes(len(data) // 2)
     shard.write_bytes(bytes(data))
 
 
@@ -70,8 +77,12 @@ def _truncate_meta(ckpt):
     (ckpt / "meta.json").write_text('{"step": 5, "wallclock')
 
 
-DAMAGE = {"truncated shard": _truncate_shard, "zeroed shard": _zero_shard, "missing rank file": _drop_rank_file,
-          "truncated meta.json": _truncate_meta}
+DAMAGE = {
+    "truncated shard": _truncate_shard,
+    "zeroed shard": _zero_shard,
+    "missing rank file": _drop_rank_file,
+    "truncated meta.json": _truncate_meta,
+}
 
 
 def test_a_truncated_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path, caplog):
@@ -88,11 +99,11 @@ def test_a_truncated_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path,
     warned = [r.getMessage() for r in caplog.records if "is damaged and is skipped" in r.getMessage()]
     assert len(warned) == 1 and "step_00000005" in warned[0] and "truncated" in warned[0]
     aside = [p.name for p in (tmp_path / "checkpoints").iterdir() if ".damaged-" in p.name]
-    assert len(aside) == 1 and aside[0].startswith("step_00000005.damaged-")   # out of the set pruning counts
+    assert len(aside) == 1 and aside[0].startswith("step_00000005.damaged-")  # out of the set pruning counts
     resumed.train_step(4)
     resumed.train_step(5)
     assert all(torch.equal(v, final[k]) for k, v in params(resumed).items())
-    assert untimed_rows(tmp_path) == rows                   # replayed steps are not logged twice
+    assert untimed_rows(tmp_path) == rows  # replayed steps are not logged twice
 
 
 @pytest.mark.parametrize("damage", list(DAMAGE))
@@ -154,8 +165,11 @@ def _craft_optimizer_entry(ckpt, marker):
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(ckpt))
 
 
-CRAFTED = {"rank file": _craft_rank_file, "DCP .metadata": _craft_dcp_metadata,
-           "optimizer entry in a shard": _craft_optimizer_entry}
+CRAFTED = {
+    "rank file": _craft_rank_file,
+    "DCP .metadata": _craft_dcp_metadata,
+    "optimizer entry in a shard": _craft_optimizer_entry,
+}
 
 
 @pytest.mark.parametrize("where", list(CRAFTED))
@@ -181,8 +195,10 @@ def test_the_unsafe_loader_would_have_run_the_payload(tmp_path):
 def test_rng_files_round_trip_as_plain_data_and_legacy_files_still_load(tmp_path):
     torch.manual_seed(1), np.random.seed(2), random.seed(3)
     rng_state.save(tmp_path / "new.pt")
-    torch.save({"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
-               tmp_path / "legacy.pt")                        # the format before weights_only loading
+    torch.save(
+        {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()},
+        tmp_path / "legacy.pt",
+    )  # the format before weights_only loading
     expected = (torch.rand(3), np.random.rand(3), random.random())
     for name in ("new.pt", "legacy.pt"):
         torch.manual_seed(9), np.random.seed(9), random.seed(9)
@@ -207,4 +223,4 @@ def test_a_checkpoint_of_another_world_size_is_a_config_error(tmp_path):
     (mgr.latest() / "meta.json").write_text(json.dumps({**meta, "world_size": 2}))
     with pytest.raises(ConfigError, match="cluster.tasks_per_node"):
         mgr.load(mgr.latest(), model, opt)
-    assert os.path.isdir(mgr.latest())                       # not set aside: the checkpoint is fine
+    assert os.path.isdir(mgr.latest())  # not set aside: the checkpoint is fine

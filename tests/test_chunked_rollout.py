@@ -2,6 +2,7 @@
 ``method.rollout_chunk`` and ``method.decode_chunk`` at their smallest, every method's samples, log-probs, rewards
 and gradients equal one call over the whole batch (today's path) within float rounding: 1e-5 relative in fp32 on
 the tiny twins with 2 gloo ranks (gradients: 1e-4, see below), 1e-12 in float64 on the SOC toy."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,8 +20,15 @@ CASES = {
     "flash_grpo": (["method=flash_grpo"], "tiny_qwenimage"),
     "jagg": (["method=jagg", "method.base=flow_grpo", "method.sampling_steps=9", "method.window=4"], "tiny_qwenimage"),
     "eam": (["method=eam", "method.loss_timesteps=2", "method.endpoint_nfe=3"], "tiny_flux"),
-    "adjoint_matching": (["method=adjoint_matching", "method.sampling_steps=6", "method.loss_last_steps=2",
-                         "method.loss_random_steps=1"], "tiny_flux"),
+    "adjoint_matching": (
+        [
+            "method=adjoint_matching",
+            "method.sampling_steps=6",
+            "method.loss_last_steps=2",
+            "method.loss_random_steps=1",
+        ],
+        "tiny_flux",
+    ),
     "diffusion_nft": (["method=diffusion_nft", "method.sampling_steps=4"], "tiny_qwenimage"),
 }
 
@@ -31,23 +39,32 @@ def one_step(overrides: list[str], run_dir) -> dict:
 
     from launcher.trainer import RunInfo, Trainer
 
-    trainer = Trainer(compose(["logger=none", "trainer.sample_every=0", "trainer.threads=1", *overrides]),
-                      RunInfo(run_dir=run_dir))
+    trainer = Trainer(
+        compose(["logger=none", "trainer.sample_every=0", "trainer.threads=1", *overrides]), RunInfo(run_dir=run_dir)
+    )
     method, rank = trainer.method, trainer.world.rank
     gen = torch.Generator().manual_seed(7 + rank)
-    prompts = trainer.data.batch(0, int(trainer.cfg.method.prompts_per_step))[rank::trainer.world.world_size]
+    prompts = trainer.data.batch(0, int(trainer.cfg.method.prompts_per_step))[rank :: trainer.world.world_size]
     rollout = method.rollout(prompts, gen)
     method.score(rollout, trainer.reward)
     method.prepare_update(rollout)
     update = method.update_plan(rollout, gen)[0]
     for mb in update:
         method.backward(rollout, mb, sum(len(m) for m in update))
-    grads = {n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
-             for n, p in trainer.backbone.transformer.named_parameters() if p.grad is not None}
+    grads = {
+        n: (p.grad.full_tensor() if isinstance(p.grad, DTensor) else p.grad).clone()
+        for n, p in trainer.backbone.transformer.named_parameters()
+        if p.grad is not None
+    }
     samples = rollout.decode_latents if rollout.decode_latents is not None else rollout.latents
-    samples = samples.full() if hasattr(samples, "full") else samples       # AM keeps its whole trajectory
-    return {"samples": samples, "rewards": rollout.rewards, "grads": grads,
-            "log_probs": rollout.log_probs, "images": rollout.images}
+    samples = samples.full() if hasattr(samples, "full") else samples  # AM keeps its whole trajectory
+    return {
+        "samples": samples,
+        "rewards": rollout.rewards,
+        "grads": grads,
+        "log_probs": rollout.log_probs,
+        "images": rollout.images,
+    }
 
 
 def _compare(rank, world, cases, tmp):
@@ -55,13 +72,19 @@ def _compare(rank, world, cases, tmp):
 
     out = {}
     for name, (overrides, model) in cases.items():
-        base = [*overrides, f"model={model}", "method.group_size=2", "method.prompts_per_step=2",
-                "method.update_batch=2"]
-        if "clip_range" in compose([*overrides]).method:      # a ratio of 1 +- rounding must not flip a PPO clip
+        base = [
+            *overrides,
+            f"model={model}",
+            "method.group_size=2",
+            "method.prompts_per_step=2",
+            "method.update_batch=2",
+        ]
+        if "clip_range" in compose([*overrides]).method:  # a ratio of 1 +- rounding must not flip a PPO clip
             base.append("method.clip_range=0.5")
         whole = one_step([*base, *WHOLE], Path(tmp) / f"{name}-whole-{rank}")
-        chunked = one_step([*base, "method.rollout_chunk=1", "method.decode_chunk=1"],
-                           Path(tmp) / f"{name}-chunk-{rank}")
+        chunked = one_step(
+            [*base, "method.rollout_chunk=1", "method.decode_chunk=1"], Path(tmp) / f"{name}-chunk-{rank}"
+        )
         out[name] = (whole, chunked)
     return out
 
@@ -81,21 +104,26 @@ def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, tmp_p
             assert_close(chunked["samples"], whole["samples"], 1e-5, f"{what}: samples")
             assert_close(chunked["rewards"], whole["rewards"], 1e-5, f"{what}: rewards")
             if whole["log_probs"] is not None:
-                assert_close(chunked["log_probs"].nan_to_num(), whole["log_probs"].nan_to_num(), 1e-5,
-                             f"{what}: log-probs")
+                assert_close(
+                    chunked["log_probs"].nan_to_num(), whole["log_probs"].nan_to_num(), 1e-5, f"{what}: log-probs"
+                )
             # GRPO's ratio exp(log p - log p_old) turns the rollout log-probs' absolute rounding (they are sums of
             # ~10^3 in size) into a relative change of the gradient of that size: 1e-4, not 1e-5; Flow-GRPO-Fast's
             # CPS step (std sigma_next sin(a pi/2), docs/cps.md) has larger log-probs, so 5e-4
             tolerance = 5e-4 if name == "flow_grpo_fast" else 1e-4
             assert grad_error(chunked["grads"], whole["grads"]) <= tolerance, what
-            assert chunked["images"].dtype == torch.uint8                  # 8-bit copies for the image grids
+            assert chunked["images"].dtype == torch.uint8  # 8-bit copies for the image grids
             assert (chunked["images"].int() - whole["images"].int()).abs().max() <= 1, what
 
 
 @pytest.mark.parametrize("method", ["eam", "adjoint_matching"])
 def test_chunked_soc_toy_equals_one_call_in_float64(method, tmp_path):
-    toy = [f"experiment=toy_{'am' if method == 'adjoint_matching' else 'eam'}", "method.group_size=8",
-           "method.prompts_per_step=2", "method.update_batch=16"]
+    toy = [
+        f"experiment=toy_{'am' if method == 'adjoint_matching' else 'eam'}",
+        "method.group_size=8",
+        "method.prompts_per_step=2",
+        "method.update_batch=16",
+    ]
     whole = one_step([*toy, *WHOLE], tmp_path / "whole")
     chunked = one_step([*toy, "method.rollout_chunk=3", "method.decode_chunk=5"], tmp_path / "chunked")
     assert whole["samples"].dtype == torch.float64

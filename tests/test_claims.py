@@ -2,6 +2,7 @@
 every testbed, variant and seed) and writes each study's page, data and plots with a precondition and a verdict;
 the saved data rebuild the same pages; and the 1-D Flash-GRPO testbed's closed form agrees with the Monte-Carlo
 measurement made through Flash-GRPO's own rollouts."""
+
 from __future__ import annotations
 
 import json
@@ -21,8 +22,15 @@ VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale")
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory, twin_cache):
     out = tmp_path_factory.mktemp("claims")
-    cmd = [sys.executable, str(ROOT / "scripts" / "claims.py"), "--quick", "--out", str(out / "results"),
-           "--work", str(out / "work")]
+    cmd = [
+        sys.executable,
+        str(ROOT / "scripts" / "claims.py"),
+        "--quick",
+        "--out",
+        str(out / "results"),
+        "--work",
+        str(out / "work"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return out / "results", proc.stdout
@@ -75,8 +83,10 @@ def test_linear_flash_testbed_closed_form_matches_its_rollouts(quick):
     pre = json.loads((results / "flash.json").read_text())["raw"]["linear"]["precondition"]
     for closed, measured in zip(pre["analytic"]["per_k"], pre["measured"]["per_k"]):
         assert abs(closed["expected_reward"] - measured["mean_reward"]) < 6 * measured["se"], (closed, measured)
-    med = {name: {int(k): sorted(v)[len(v) // 2] for k, v in norms.items()}
-           for name, norms in pre["grad_norms_init"].items()}
+    med = {
+        name: {int(k): sorted(v)[len(v) // 2] for k, v in norms.items()}
+        for name, norms in pre["grad_norms_init"].items()
+    }
     spread = {name: max(m.values()) / min(m.values()) for name, m in med.items()}
     assert spread["itg"] > 4 * spread["flash"], spread
 
@@ -87,8 +97,13 @@ def test_report_only_rebuilds_the_same_pages(quick, tmp_path):
     copy.mkdir()
     for name in STUDIES:
         (copy / f"{name}.json").write_text((results / f"{name}.json").read_text())
-    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "claims.py"), "--report-only", "--out", str(copy)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "claims.py"), "--report-only", "--out", str(copy)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     for name in STUDIES:
         assert (copy / f"{name}.md").read_text() == (results / f"{name}.md").read_text()

@@ -1,6 +1,7 @@
 """The command line as a user meets it (issue 16): help and completion show the groups users compose, job and log
 names say rewardflow, error texts use the option names users type, unwritable run folders and bad endings give a
 message instead of a traceback, quiet runs log a line per step, long prompts warn once."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,14 @@ QUICK = ["experiment=smoke", "logger=none", "trainer.threads=1"]
 
 
 def cli(*args, env=None, timeout=300):
-    return subprocess.run([*rewardflow_cmd(), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [*rewardflow_cmd(), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_help_names_rewardflow_and_lists_only_the_groups_users_compose():
@@ -47,13 +54,13 @@ def test_slurm_jobs_and_run_logs_are_named_rewardflow():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    compose()                                          # registers the schemas
+    compose()  # registers the schemas
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = hydra_compose(config_name="train", overrides=["cluster=slurm"], return_hydra_config=True)
     assert cfg.hydra.job.name == "rewardflow" and OmegaConf.select(cfg, "hydra.launcher.name") == "rewardflow"
     log_file = OmegaConf.to_container(cfg.hydra.job_logging, resolve=False)["handlers"]["file"]["filename"]
-    assert log_file.endswith("/${hydra.job.name}.log")         # <run dir>/rewardflow.log
+    assert log_file.endswith("/${hydra.job.name}.log")  # <run dir>/rewardflow.log
 
 
 @pytest.mark.parametrize("group", ["method", "model", "reward", "data"])
@@ -83,7 +90,7 @@ def test_an_unwritable_run_folder_is_a_message_and_nothing_is_created(case, tmp_
         args, key = [f"hydra.run.dir={_unwritable_folder(tmp_path)}"], "hydra.run.dir="
     else:
         args, key = ["-m", f"hydra.sweep.dir={_unwritable_folder(tmp_path)}"], "hydra.sweep.dir="
-    proc = cli(*args[:-1], *QUICK, args[-1])            # -m goes before the overrides
+    proc = cli(*args[:-1], *QUICK, args[-1])  # -m goes before the overrides
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert key in proc.stderr and "cannot write" in proc.stderr and "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) in (["a_file"], ["a_file", "read_only"])
@@ -112,9 +119,17 @@ def test_a_quiet_run_logs_a_line_per_step_and_a_nan_last_reward_ends_cleanly(tmp
     run dir is printed first; a run whose last reward is NaN ends with exit code 0; DCP's single-process warning
     is not printed; the W&B start line says how to sync."""
     run_dir = tmp_path / "run"
-    proc = cli("experiment=smoke", "trainer.progress=true", "trainer.log_every=1", "trainer.threads=1",
-               "trainer.max_nonfinite_in_a_row=5", "reward._target_=fault_rewards.NaNOnLastStep",
-               f"hydra.run.dir={run_dir}", env={"PYTHONPATH": str(ROOT / "tests")}, timeout=900)
+    proc = cli(
+        "experiment=smoke",
+        "trainer.progress=true",
+        "trainer.log_every=1",
+        "trainer.threads=1",
+        "trainer.max_nonfinite_in_a_row=5",
+        "reward._target_=fault_rewards.NaNOnLastStep",
+        f"hydra.run.dir={run_dir}",
+        env={"PYTHONPATH": str(ROOT / "tests")},
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "assuming the intent" not in proc.stderr
     lines = proc.stdout.splitlines()

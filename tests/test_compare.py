@@ -1,6 +1,7 @@
 """rewardflow-compare on synthetic runs (seconds): the aggregation math against closed forms, the refusals of empty
 and mixed groups, the held-out metric and the thin-evidence warnings on fabricated run folders, the W&B online path
 through a fake ``wandb.Api``, and the W&B summary run (offline). The interval statistics: test_compare_stats.py."""
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,25 @@ from launcher.compare.metric import choose_metric
 from launcher.compare.runs import RunData, clean_rows
 
 
-def make_run(method="dance_grpo", seed=0, steps=20, slope=0.01, base=0.5, step_s=1.0, gpus=1, model="tiny_flux",
-             reward="color", extra=None, name=None, group="sweep-x", fwd=36, bwd=12, eval_every=0, eval_base=0.6,
-             eval_slope=0.005):
+def make_run(
+    method="dance_grpo",
+    seed=0,
+    steps=20,
+    slope=0.01,
+    base=0.5,
+    step_s=1.0,
+    gpus=1,
+    model="tiny_flux",
+    reward="color",
+    extra=None,
+    name=None,
+    group="sweep-x",
+    fwd=36,
+    bwd=12,
+    eval_every=0,
+    eval_base=0.6,
+    eval_slope=0.005,
+):
     """A run whose reward/mean = base + slope * step and whose steps take ``step_s`` seconds each (a number, or one
     per run step). With ``eval_every`` it also has held-out evaluations at steps 0, eval_every, ... and the last:
     eval/color/mean = eval_base + eval_slope * step, eval/pickscore/mean (another reward), time/eval_s."""
@@ -26,15 +43,38 @@ def make_run(method="dance_grpo", seed=0, steps=20, slope=0.01, base=0.5, step_s
     rows, wall = [], 0.0
     for i in range(steps):
         wall += times[i]
-        rows.append({"step": i, "reward/mean": base + slope * i, "time/step_s": times[i],
-                     "time/rollout_s": 0.5 * times[i], "time/reward_s": 0.1 * times[i],
-                     "time/update_s": 0.4 * times[i], "time/wallclock_s": wall, "time/gpu_hours": gpus * wall / 3600,
-                     "count/transformer_fwd": fwd, "count/transformer_bwd": bwd})
+        rows.append(
+            {
+                "step": i,
+                "reward/mean": base + slope * i,
+                "time/step_s": times[i],
+                "time/rollout_s": 0.5 * times[i],
+                "time/reward_s": 0.1 * times[i],
+                "time/update_s": 0.4 * times[i],
+                "time/wallclock_s": wall,
+                "time/gpu_hours": gpus * wall / 3600,
+                "count/transformer_fwd": fwd,
+                "count/transformer_bwd": bwd,
+            }
+        )
         if eval_every and (i % eval_every == 0 or i == steps - 1):
-            rows[-1].update({f"eval/{reward}/mean": eval_base + eval_slope * i, f"eval/{reward}/std": 0.05,
-                             "eval/pickscore/mean": 0.2 + 0.001 * i, "eval/pickscore/std": 0.01, "time/eval_s": 7.0})
-    config = {"method": {"name": method, "eta": 0.3}, "model": {"name": model}, "reward": {"name": reward},
-              "data": {"name": "demo"}, "trainer": {"seed": seed, "steps": steps}, "optimizer": {"lr": 3e-3}}
+            rows[-1].update(
+                {
+                    f"eval/{reward}/mean": eval_base + eval_slope * i,
+                    f"eval/{reward}/std": 0.05,
+                    "eval/pickscore/mean": 0.2 + 0.001 * i,
+                    "eval/pickscore/std": 0.01,
+                    "time/eval_s": 7.0,
+                }
+            )
+    config = {
+        "method": {"name": method, "eta": 0.3},
+        "model": {"name": model},
+        "reward": {"name": reward},
+        "data": {"name": "demo"},
+        "trainer": {"seed": seed, "steps": steps},
+        "optimizer": {"lr": 3e-3},
+    }
     if eval_every:
         config["eval"] = {"every": eval_every, "split": 4, "samples_per_prompt": 2, "sampling_steps": 10}
     for key, value in (extra or {}).items():
@@ -75,7 +115,7 @@ def test_trailing_mean_and_spread_bands():
     y = np.array([1.0, 2.0, 3.0, 4.0])
     assert aggregate.trailing_mean(y, 2).tolist() == [1.0, 1.5, 2.5, 3.5]
     assert aggregate.trailing_mean(y, 10).tolist() == [1.0, 1.5, 2.0, 2.5]
-    ys = np.array([[1.0, 0.0], [3.0, 0.0], [2.5, 3.0]])                     # 3 seeds x 2 points
+    ys = np.array([[1.0, 0.0], [3.0, 0.0], [2.5, 3.0]])  # 3 seeds x 2 points
     lo, hi = aggregate.spread_band(ys[:2], "std")
     assert lo.tolist() == pytest.approx([2 - math.sqrt(2), 0.0]) and hi.tolist() == pytest.approx([2 + math.sqrt(2), 0])
     lo, hi = aggregate.spread_band(ys[:2], "sem")
@@ -85,23 +125,23 @@ def test_trailing_mean_and_spread_bands():
 
 
 def test_seed_curve_interpolates_on_the_union_and_holds_finished_seeds():
-    a = make_run(seed=0, steps=3, step_s=1.0)            # x = 1, 2, 3 s
-    b = make_run(seed=1, steps=4, step_s=0.75)           # x = 0.75, 1.5, 2.25, 3 s
+    a = make_run(seed=0, steps=3, step_s=1.0)  # x = 1, 2, 3 s
+    b = make_run(seed=1, steps=4, step_s=0.75)  # x = 0.75, 1.5, 2.25, 3 s
     traces = [aggregate.make_trace(r, 1) for r in (a, b)]
     curve = aggregate.seed_curve(traces, "wallclock_s", "std")
-    assert curve.x.tolist() == [1.0, 1.5, 2.0, 2.25, 3.0]      # from the latest first point on
+    assert curve.x.tolist() == [1.0, 1.5, 2.0, 2.25, 3.0]  # from the latest first point on
     ya = np.interp(curve.x, [1, 2, 3], [0.5, 0.51, 0.52])
     yb = np.interp(curve.x, [0.75, 1.5, 2.25, 3.0], [0.5, 0.51, 0.52, 0.53])
     assert curve.mean == pytest.approx((ya + yb) / 2)
     assert curve.hi - curve.mean == pytest.approx(np.abs(ya - yb) / math.sqrt(2))
-    short = make_run(seed=2, steps=2, step_s=1.0)                 # ends at 2 s and then holds 0.51
+    short = make_run(seed=2, steps=2, step_s=1.0)  # ends at 2 s and then holds 0.51
     held = aggregate.seed_curve([traces[0], aggregate.make_trace(short, 1)], "wallclock_s", "std")
     assert held.mean[-1] == pytest.approx((0.52 + 0.51) / 2)
 
 
 def test_seeds_with_the_same_steps_are_averaged_step_by_step():
-    a = make_run(seed=0, steps=4, step_s=1.0, base=0.5)              # x = 1, 2, 3, 4 s
-    b = make_run(seed=1, steps=4, step_s=2.0, base=0.6)              # x = 2, 4, 6, 8 s
+    a = make_run(seed=0, steps=4, step_s=1.0, base=0.5)  # x = 1, 2, 3, 4 s
+    b = make_run(seed=1, steps=4, step_s=2.0, base=0.6)  # x = 2, 4, 6, 8 s
     traces = [aggregate.make_trace(r, 1) for r in (a, b)]
     curve = aggregate.seed_curve(traces, "wallclock_s", "minmax")
     assert curve.x.tolist() == [1.5, 3.0, 4.5, 6.0]
@@ -115,8 +155,9 @@ def test_seeds_with_the_same_steps_are_averaged_step_by_step():
 
 def _compare(runs, baseline=None, **settings):
     groups = grouping.group_runs(runs, ["method.name"])
-    return aggregate.compare(groups, grouping.select_baseline(groups, baseline), aggregate.Settings(**settings),
-                             choose_metric(runs))
+    return aggregate.compare(
+        groups, grouping.select_baseline(groups, baseline), aggregate.Settings(**settings), choose_metric(runs)
+    )
 
 
 def test_budget_reach_and_speedup_match_closed_forms():
@@ -129,7 +170,7 @@ def test_budget_reach_and_speedup_match_closed_forms():
     c = _compare(runs, axis="wallclock_s", smooth=1)
     g = {r.label: r for r in c.groups}
     assert c.baseline == "dance_grpo" and c.target == pytest.approx(0.69)
-    assert c.budget == pytest.approx(15.0)                         # the fast runs' 30 x 0.5 s
+    assert c.budget == pytest.approx(15.0)  # the fast runs' 30 x 0.5 s
     assert g["dance_grpo"].reach.mean == pytest.approx(20.0) and g["fast"].reach.mean == pytest.approx(10.0)
     assert g["fast"].speedup == pytest.approx(2.0)
     assert g["slow"].reach is None and g["slow"].reached == 0 and g["slow"].speedup is None
@@ -170,12 +211,16 @@ def test_target_reach_per_seed_and_the_tests_against_the_baseline():
         assert (r.reach.lo, r.reach.hi) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
     assert g["fast"].speedup == pytest.approx(np.mean(base_reach) / np.mean(fast_reach))
     assert (g["fast"].speedup_lo, g["fast"].speedup_hi) == pytest.approx(
-        (g["dance_grpo"].reach.lo / g["fast"].reach.hi, g["dance_grpo"].reach.hi / g["fast"].reach.lo))
+        (g["dance_grpo"].reach.lo / g["fast"].reach.hi, g["dance_grpo"].reach.hi / g["fast"].reach.lo)
+    )
     # fast: final rewards 0.88-0.90 against 0.69-0.71, intervals far apart: significant. "same" is 0.001 higher
     # with the same spread: its intervals overlap the baseline's.
     assert g["fast"].verdicts["final"] == stats.SIGNIFICANT
-    assert g["same"].verdicts == {"final": stats.NOT_SIGNIFICANT, "at_budget": stats.NOT_SIGNIFICANT,
-                                  "reach": stats.NOT_SIGNIFICANT}
+    assert g["same"].verdicts == {
+        "final": stats.NOT_SIGNIFICANT,
+        "at_budget": stats.NOT_SIGNIFICANT,
+        "reach": stats.NOT_SIGNIFICANT,
+    }
     # fast's reach interval [~7.6, ~11.4] s does not overlap the baseline's [~16.5, ~21.5] s
     assert g["fast"].verdicts["reach"] == stats.SIGNIFICANT and g["fast"].speedup_lo > 1
     assert g["same"].speedup_lo < 1 < g["same"].speedup_hi
@@ -198,7 +243,7 @@ def test_compute_to_reach_is_never_negative():
 
 def test_per_step_costs_leave_out_warmup():
     run = make_run(steps=4, step_s=1.0)
-    run.rows[0]["time/step_s"] = 9.0                         # a slow first step (lazy init)
+    run.rows[0]["time/step_s"] = 9.0  # a slow first step (lazy init)
     costs = aggregate.per_step_costs([run], warmup=1, confidence=0.95, interval="auto")
     assert costs["time/step_s"].mean == pytest.approx(1.0)
     assert aggregate.per_step_costs([run], 0, 0.95, "auto")["time/step_s"].mean == pytest.approx(3.0)
@@ -210,20 +255,29 @@ def test_nan_reward_steps_are_left_out_and_rows_deduplicated():
     run.rows[2]["reward/mean"] = None
     trace = aggregate.make_trace(run, 1)
     assert trace.x["step"].tolist() == [0, 1, 3, 4]
-    rows = clean_rows([{"step": 0, "reward/mean": 1.0}, {"step": 1, "reward/mean": 2.0},
-                       {"step": 1, "reward/mean": 3.0, "samples": {"_type": "image-file"}}])
+    rows = clean_rows(
+        [
+            {"step": 0, "reward/mean": 1.0},
+            {"step": 1, "reward/mean": 2.0},
+            {"step": 1, "reward/mean": 3.0, "samples": {"_type": "image-file"}},
+        ]
+    )
     assert rows == [{"step": 0, "reward/mean": 1.0}, {"step": 1, "reward/mean": 3.0}]
 
 
 # -- grouping and refusals ----------------------------------------------------------------------------------------
 def test_grouping_by_an_extra_key_and_baseline_selection():
-    runs = [make_run("flow_grpo_fast", s, extra={"method.window_size": w}, name=f"w{w}s{s}")
-            for w in (2, 4) for s in (0, 1)] + [make_run("dance_grpo", s) for s in (0, 1)]
+    runs = [
+        make_run("flow_grpo_fast", s, extra={"method.window_size": w}, name=f"w{w}s{s}") for w in (2, 4) for s in (0, 1)
+    ] + [make_run("dance_grpo", s) for s in (0, 1)]
     with pytest.raises(CompareError, match=r"method.window_size = 2 \(2 runs\), 4 \(2 runs\)"):
         grouping.group_runs(runs, ["method.name"])
     groups = grouping.group_runs(runs, ["method.name", "method.window_size"])
-    assert [g.label for g in groups] == ["dance_grpo · window_size=(absent)", "flow_grpo_fast · window_size=2",
-                                         "flow_grpo_fast · window_size=4"]
+    assert [g.label for g in groups] == [
+        "dance_grpo · window_size=(absent)",
+        "flow_grpo_fast · window_size=2",
+        "flow_grpo_fast · window_size=4",
+    ]
     assert grouping.select_baseline(groups, "dance_grpo").label.startswith("dance_grpo")
     with pytest.raises(CompareError, match="matches several groups"):
         grouping.select_baseline(groups, "flow_grpo_fast")
@@ -272,8 +326,9 @@ def _held_out_runs(**kw):
     """Two methods x 3 seeds, 21 steps, evaluated every 5 steps (steps 0, 5, 10, 15, 20). On the training reward
     "fast" looks far better (twice the slope); on the held-out ruler it is barely different."""
     runs = [make_run("dance_grpo", s, steps=21, eval_every=5, eval_base=0.6 + 0.01 * s, **kw) for s in range(3)]
-    runs += [make_run("fast", s, steps=21, slope=0.02, eval_every=5, eval_base=0.601 + 0.01 * s, **kw)
-             for s in range(3)]
+    runs += [
+        make_run("fast", s, steps=21, slope=0.02, eval_every=5, eval_base=0.601 + 0.01 * s, **kw) for s in range(3)
+    ]
     return runs
 
 
@@ -292,7 +347,7 @@ def test_held_out_metric_is_compared_when_the_runs_have_it(tmp_path, capsys):
     for label, run_list in (("dance_grpo", runs[:3]), ("fast", runs[3:])):
         assert g[label]["points"] == [5, 5, 5] and g[label]["steps"] == [21, 21, 21]
         assert g[label]["final"]["values"] == pytest.approx([r.rows[20]["eval/color/mean"] for r in run_list])
-    assert g["fast"]["verdicts"]["final"] == "not significant"          # 0.001 apart, seeds 0.01 apart
+    assert g["fast"]["verdicts"]["final"] == "not significant"  # 0.001 apart, seeds 0.01 apart
     md = (folder / "compare" / "comparison.md").read_text()
     assert "| group | seeds | steps | evaluations | final eval/color/mean (last evaluation), 95% interval |" in md
     assert "| fast | 3 | 21 | 5 | 0.7110 [" in md and "], not significant |" in md
@@ -318,13 +373,18 @@ def test_training_reward_fallback_is_said_in_the_report_and_on_the_console(tmp_p
 
 def test_metric_choices_that_are_refused(tmp_path):
     mixed = [make_run("dance_grpo", s, eval_every=5) for s in (0, 1)] + [make_run("fast", s) for s in (0, 1)]
-    with pytest.raises(CompareError, match=r"2 of the 4 runs did not log eval/color/mean: fast-s0, fast-s1.*"
-                                           r"--metric reward/mean"):
+    with pytest.raises(
+        CompareError,
+        match=r"2 of the 4 runs did not log eval/color/mean: fast-s0, fast-s1.*"
+        r"--metric reward/mean",
+    ):
         choose_metric(mixed)
     assert choose_metric(mixed, "reward/mean").key == "reward/mean"
     # several held-out rewards, none of them the trained one: name one
-    other = [make_run("dance_grpo", s, eval_every=5, reward="jpeg", extra={"reward.name": "jpeg_compressibility"})
-             for s in (0, 1)]
+    other = [
+        make_run("dance_grpo", s, eval_every=5, reward="jpeg", extra={"reward.name": "jpeg_compressibility"})
+        for s in (0, 1)
+    ]
     with pytest.raises(CompareError, match=r"several held-out metrics \(eval/jpeg/mean, eval/pickscore/mean\)"):
         choose_metric(other)
     assert choose_metric(other, "eval/pickscore/mean").held_out
@@ -346,9 +406,11 @@ def _kinds(data):
 def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speedup(tmp_path, capsys):
     # `rewardflow -m method=dance_grpo,jagg,flash_grpo trainer.steps=2`: 1 seed, 2 steps, erratic step times.
     # jagg starts above dance_grpo's final reward, so it "reaches" it at its first step: a 2.85x-style speedup.
-    runs = [make_run("dance_grpo", 0, steps=2, step_s=[3.0, 2.0]), make_run("jagg", 0, steps=2, base=0.52,
-                                                                            step_s=[2.0, 0.7]),
-            make_run("flash_grpo", 0, steps=2, base=0.4, step_s=[1.0, 1.5])]
+    runs = [
+        make_run("dance_grpo", 0, steps=2, step_s=[3.0, 2.0]),
+        make_run("jagg", 0, steps=2, base=0.52, step_s=[2.0, 0.7]),
+        make_run("flash_grpo", 0, steps=2, base=0.4, step_s=[1.0, 1.5]),
+    ]
     folder = write_sweep(tmp_path, runs)
     assert main([str(folder), "--baseline", "dance_grpo"]) == 0
     out = capsys.readouterr().out
@@ -360,7 +422,7 @@ def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speed
     assert "## Read this first: thin evidence" in md
     assert "final reward/mean (last 2 steps)" in md and "last 10 steps" not in md
     jagg = {g["label"]: g for g in data["groups"]}["jagg"]
-    assert jagg["speedup"] == pytest.approx(5.0 / 2.0)         # dance reaches its final at 5 s, jagg at 2 s
+    assert jagg["speedup"] == pytest.approx(5.0 / 2.0)  # dance reaches its final at 5 s, jagg at 2 s
     assert jagg["speedup_interval"] == [None, None] and jagg["verdicts"]["reach"] == "untested"
     assert "| 2.50× (no interval: 1 seed), untested |" in md
     messages = " ".join(w["message"] for w in data["warnings"])
@@ -387,9 +449,9 @@ def test_step_time_spread_between_seeds_warns_that_the_machine_was_loaded(tmp_pa
     assert main([str(folder)]) == 0
     data = json.loads((folder / "compare" / "comparison.json").read_text())
     spread = [w["message"] for w in data["warnings"] if w["kind"] == "step_time_spread"]
-    cv = np.std(loaded, ddof=1) / np.mean(loaded)                     # 0.2404
+    cv = np.std(loaded, ddof=1) / np.mean(loaded)  # 0.2404
     assert len(spread) == 1 and spread[0].startswith(f"the seeds of dance_grpo ({cv:.1%}) differ in seconds per step")
-    assert np.std(steady, ddof=1) / np.mean(steady) < 0.05             # fast: 1%, no warning
+    assert np.std(steady, ddof=1) / np.mean(steady) < 0.05  # fast: 1%, no warning
     assert main([str(folder), "--max-step-cv", "0.25", "--out", str(tmp_path / "lenient")]) == 0
     data = json.loads((tmp_path / "lenient" / "comparison.json").read_text())
     assert "step_time_spread" not in _kinds(data)
@@ -401,8 +463,10 @@ def test_each_threshold_is_an_option(tmp_path):
     assert main([str(folder)]) == 0
     kinds = _kinds(json.loads((folder / "compare" / "comparison.json").read_text()))
     assert {"few_seeds", "few_points", "short_window"} <= set(kinds)
-    assert main([str(folder), "--min-seeds", "1", "--min-points", "3", "--smooth", "3", "--out",
-                 str(tmp_path / "quiet")]) == 0
+    assert (
+        main([str(folder), "--min-seeds", "1", "--min-points", "3", "--smooth", "3", "--out", str(tmp_path / "quiet")])
+        == 0
+    )
     kinds = _kinds(json.loads((tmp_path / "quiet" / "comparison.json").read_text()))
     assert not {"few_seeds", "few_points", "short_window"} & set(kinds)
     assert main([str(folder), "--min-points", "0"]) == 2
@@ -421,7 +485,7 @@ class FakeRun:
         self._rows = data.rows
 
     def scan_history(self, keys=None, page_size=1000, min_step=0, max_step=None):
-        for row in self._rows:    # W&B adds _step/_runtime/_timestamp and stores images as dicts
+        for row in self._rows:  # W&B adds _step/_runtime/_timestamp and stores images as dicts
             yield {**row, "_step": row["step"], "_runtime": 1.0, "samples": {"_type": "image-file", "path": "x.png"}}
 
 
@@ -439,12 +503,17 @@ def test_online_path_reads_runs_through_the_public_api(tmp_path):
     data = [make_run("dance_grpo", s, steps=12, step_s=1.0) for s in (0, 1)]
     data += [make_run("flow_grpo_fast", s, steps=12, step_s=0.5, slope=0.02) for s in (0, 1)]
     fakes = [FakeRun(d) for d in data]
-    fakes.append(FakeRun(make_run("dance_grpo", 9), job_type="compare"))     # a previous summary run: skipped
-    fakes.append(FakeRun(make_run("dance_grpo", 5, group="other")))          # another group: filtered by the API
+    fakes.append(FakeRun(make_run("dance_grpo", 9), job_type="compare"))  # a previous summary run: skipped
+    fakes.append(FakeRun(make_run("dance_grpo", 5, group="other")))  # another group: filtered by the API
     api = FakeApi(fakes)
     out = tmp_path / "cmp"
-    assert main(["--project", "me/proj", "--group", "sweep-x", "--out", str(out), "--smooth", "3",
-                 "--axis", "wallclock_s"], api=api) == 0
+    assert (
+        main(
+            ["--project", "me/proj", "--group", "sweep-x", "--out", str(out), "--smooth", "3", "--axis", "wallclock_s"],
+            api=api,
+        )
+        == 0
+    )
     assert api.calls == [("me/proj", {"group": "sweep-x"})]
     result = json.loads((out / "comparison.json").read_text())
     g = {x["label"]: x for x in result["groups"]}
@@ -494,12 +563,12 @@ def test_summary_run_fallback_logs_tables_and_figures(tmp_path):
     where = log_summary_run(c, "me/proj", "# tables", tmp_path, figures, mode="offline")
     import wandb
 
-    wandb.teardown()          # the wandb-core service writes the offline file asynchronously; this flushes it
+    wandb.teardown()  # the wandb-core service writes the offline file asynchronously; this flushes it
     runs = find_offline_runs(tmp_path)
     assert len(runs) == 1 and str(runs[0]) == where
     run = read_offline_run(runs[0])
     assert run.group == "sweep-x" and "compare" in run.tags
-    row = {k: v for r in run.history for k, v in r.items()}       # nested media keys read back as a/b/_type
+    row = {k: v for r in run.history for k, v in r.items()}  # nested media keys read back as a/b/_type
     assert row["compare/groups/_type"] == row["compare/curves/_type"] == "table-file"
     assert row["compare/report/_type"] == "html-file" and row["compare/reward_vs_gpu_hours/_type"] == "image-file"
     table = json.loads((runs[0] / "files" / row["compare/groups/path"]).read_text())
@@ -507,7 +576,8 @@ def test_summary_run_fallback_logs_tables_and_figures(tmp_path):
     assert [r["group"] for r in rows] == ["dance_grpo", "fast"]
     fast = c.groups[1]
     assert (rows[1]["speedup"], rows[1]["speedup_lo"], rows[1]["speedup_hi"]) == pytest.approx(
-        (fast.speedup, fast.speedup_lo, fast.speedup_hi))
+        (fast.speedup, fast.speedup_lo, fast.speedup_hi)
+    )
     assert (rows[1]["final_lo"], rows[1]["final_hi"]) == pytest.approx((fast.final.lo, fast.final.hi))
     assert rows[1]["final_vs_baseline"] == fast.verdicts["final"] and rows[0]["final_vs_baseline"] is None
     assert run.summary["compare/dance_grpo/final"] == pytest.approx(c.groups[0].final.mean)
@@ -531,8 +601,11 @@ def test_report_builder_with_the_report_api():
     assert runset.groupby == ["config.method.name"]
     # every held-out metric (the compared one first) and the training reward, each against the three axes
     curves = [(p.y, p.x) for p in grid.panels if p.y and p.y[0].endswith("/mean")]
-    assert curves == [([key], x) for key in ("eval/color/mean", "eval/pickscore/mean", "reward/mean")
-                      for x in ("step", "time/wallclock_s", "time/gpu_hours")]
+    assert curves == [
+        ([key], x)
+        for key in ("eval/color/mean", "eval/pickscore/mean", "reward/mean")
+        for x in ("step", "time/wallclock_s", "time/gpu_hours")
+    ]
     titles = [p.title for p in grid.panels]
     assert "eval/pickscore/mean (held-out) vs time/gpu_hours" in titles
     assert "reward/mean (training reward) vs step" in titles

@@ -2,6 +2,7 @@
 here independently: Student's t quantiles from closed forms and from numerically integrating the t density, the
 t-interval from its formula, the coverage of the intervals by simulation, the bootstrap against the normal
 approximation of the bootstrap distribution of a mean, and the overlap test."""
+
 from __future__ import annotations
 
 import math
@@ -51,8 +52,9 @@ def test_t_interval_is_mean_plus_minus_t_times_the_standard_error():
     v = np.array(values)
     half = stats.t_quantile(0.975, 3) * v.std(ddof=1) / math.sqrt(len(v))
     assert e.method == "t" and e.n == 4
-    assert (e.mean, e.lo, e.hi, e.std) == pytest.approx((v.mean(), v.mean() - half, v.mean() + half, v.std(ddof=1)),
-                                                        rel=1e-14)
+    assert (e.mean, e.lo, e.hi, e.std) == pytest.approx(
+        (v.mean(), v.mean() - half, v.mean() + half, v.std(ddof=1)), rel=1e-14
+    )
     # 90%: a narrower interval, with the 0.95 quantile
     e90 = stats.estimate(values, 0.90, "t")
     assert e90.hi - e90.mean == pytest.approx(stats.t_quantile(0.95, 3) * v.std(ddof=1) / 2, rel=1e-14)
@@ -72,7 +74,7 @@ def test_t_interval_covers_the_true_mean_95_percent_of_the_time(n):
     for row in samples:
         e = stats.estimate(row, 0.95, "t")
         covered += e.lo <= 0.8 <= e.hi
-    se = math.sqrt(0.95 * 0.05 / trials)                      # 0.0015
+    se = math.sqrt(0.95 * 0.05 / trials)  # 0.0015
     assert abs(covered / trials - 0.95) < 4 * se
 
 
@@ -93,13 +95,13 @@ def test_bootstrap_from_ten_seeds_on_and_its_width():
 
 
 def test_curve_interval_is_the_pointwise_estimate():
-    ys = np.random.default_rng(3).normal(0.7, 0.03, size=(12, 5))           # 12 seeds x 5 points
+    ys = np.random.default_rng(3).normal(0.7, 0.03, size=(12, 5))  # 12 seeds x 5 points
     for interval, rows in (("t", ys[:4]), ("bootstrap", ys)):
         lo, hi = stats.curve_interval(rows, 0.95, interval)
         for j in range(rows.shape[1]):
             e = stats.estimate(rows[:, j], 0.95, interval)
             assert (lo[j], hi[j]) == pytest.approx((e.lo, e.hi), rel=1e-12)
-    lo, hi = stats.curve_interval(ys[:1], 0.95, "auto")                     # one seed: the curve itself
+    lo, hi = stats.curve_interval(ys[:1], 0.95, "auto")  # one seed: the curve itself
     assert lo.tolist() == hi.tolist() == ys[0].tolist()
 
 
@@ -110,8 +112,8 @@ def _e(lo, hi, n=3):
 def test_verdict_is_the_overlap_of_the_intervals():
     assert stats.verdict(_e(1.0, 2.0), _e(2.5, 3.0)) == stats.SIGNIFICANT
     assert stats.verdict(_e(2.5, 3.0), _e(1.0, 2.0)) == stats.SIGNIFICANT
-    assert stats.verdict(_e(1.0, 2.0), _e(2.0, 3.0)) == stats.NOT_SIGNIFICANT        # touching counts as overlap
-    assert stats.verdict(_e(1.0, 3.0), _e(1.5, 2.0)) == stats.NOT_SIGNIFICANT        # one inside the other
+    assert stats.verdict(_e(1.0, 2.0), _e(2.0, 3.0)) == stats.NOT_SIGNIFICANT  # touching counts as overlap
+    assert stats.verdict(_e(1.0, 3.0), _e(1.5, 2.0)) == stats.NOT_SIGNIFICANT  # one inside the other
     assert stats.verdict(stats.estimate([1.0]), _e(2.5, 3.0)) == stats.UNTESTED
 
 
@@ -123,6 +125,6 @@ def test_speedup_interval_excludes_one_exactly_when_the_reach_intervals_do_not_o
         lo, hi = stats.ratio_interval(base, group)
         assert lo == pytest.approx(a[0] / b[1]) and hi == pytest.approx(a[1] / b[0])
         assert (not lo <= 1 <= hi) == (stats.verdict(group, base) == stats.SIGNIFICANT)
-    lo, hi = stats.ratio_interval(_e(1.0, 2.0), _e(-0.5, 1.0))    # a t interval reaching below 0 compute
+    lo, hi = stats.ratio_interval(_e(1.0, 2.0), _e(-0.5, 1.0))  # a t interval reaching below 0 compute
     assert lo == pytest.approx(1.0) and hi == math.inf
     assert all(math.isnan(x) for x in stats.ratio_interval(stats.estimate([1.0]), _e(1.0, 2.0)))

@@ -1,6 +1,7 @@
 """Issue 9 acceptance: a real 2-method x 2-seed sweep through the CLI, then `python -m launcher.compare` on its
 folder; every number of the table, intervals included, is recomputed here from the metrics.jsonl files,
 independently of the tool (plain Python on the rows), and the figures must be real PNGs."""
+
 from __future__ import annotations
 
 import json
@@ -25,15 +26,23 @@ def _cli(*args, cwd=ROOT):
 
 
 def _compare(*args):
-    return subprocess.run([sys.executable, "-m", "launcher.compare", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher.compare", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("cmp")
-    proc = _cli("-m", "method=dance_grpo,flow_grpo_fast", "trainer.seed=0,1", "experiment=smoke",
-                f"trainer.steps={STEPS}", "trainer.threads=1", f"output_root={root}")
+    proc = _cli(
+        "-m",
+        "method=dance_grpo,flow_grpo_fast",
+        "trainer.seed=0,1",
+        "experiment=smoke",
+        f"trainer.steps={STEPS}",
+        "trainer.threads=1",
+        f"output_root={root}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = (root / "train" / "multiruns").iterdir()
     return root, folder
@@ -51,7 +60,7 @@ def _runs_of(folder):
 
 def _smoothed(rows):
     r = [row["reward/mean"] for row in rows]
-    return [sum(r[max(0, i - SMOOTH + 1):i + 1]) / len(r[max(0, i - SMOOTH + 1):i + 1]) for i in range(len(r))]
+    return [sum(r[max(0, i - SMOOTH + 1) : i + 1]) / len(r[max(0, i - SMOOTH + 1) : i + 1]) for i in range(len(r))]
 
 
 def _interp_hold(x, xs, ys):
@@ -83,7 +92,10 @@ def _with_interval(values):
 
 def _expected(runs):
     """Everything the outcome and cost tables show, recomputed from the rows (axis: GPU-hours)."""
-    gpu = lambda rows: [row["time/gpu_hours"] for row in rows]
+
+    def gpu(rows):
+        return [row["time/gpu_hours"] for row in rows]
+
     budget = min(gpu(rows)[-1] for seeds in runs.values() for rows in seeds)
     exp = {}
     for method, seeds in runs.items():
@@ -94,8 +106,10 @@ def _expected(runs):
             "final": _with_interval(finals),
             "at_budget": _with_interval(at_budget),
             "s_per_step": statistics.mean(statistics.mean(r["time/step_s"] for r in rows[1:]) for rows in seeds),
-            "phases": [statistics.mean(statistics.mean(r[k] for r in rows[1:]) for rows in seeds)
-                       for k in ("time/rollout_s", "time/reward_s", "time/update_s")],
+            "phases": [
+                statistics.mean(statistics.mean(r[k] for r in rows[1:]) for rows in seeds)
+                for k in ("time/rollout_s", "time/reward_s", "time/update_s")
+            ],
             "fwd": statistics.mean(statistics.mean(r["count/transformer_fwd"] for r in rows) for rows in seeds),
             "bwd": statistics.mean(statistics.mean(r["count/transformer_bwd"] for r in rows) for rows in seeds),
             "total": statistics.mean(gpu(rows)[-1] for rows in seeds),
@@ -107,7 +121,7 @@ def _expected(runs):
         reach = [_first_reach(gpu(rows), _smoothed(rows), target) for rows in seeds]
         if None in reach:
             exp[method]["reach"] = None
-        else:                                       # compute is never negative: the interval is cut at 0
+        else:  # compute is never negative: the interval is cut at 0
             m, lo, hi = _with_interval(reach)
             exp[method]["reach"] = (m, max(lo, 0.0), hi)
     assert exp["dance_grpo"]["reach"][0] <= exp["dance_grpo"]["total"] * (1 + 1e-9)
@@ -135,10 +149,10 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
     exp, budget, target = _expected(runs)
 
     data = json.loads((out / "comparison.json").read_text())
-    assert data["metric"]["key"] == "reward/mean" and not data["metric"]["held_out"]      # smoke: no evaluation
+    assert data["metric"]["key"] == "reward/mean" and not data["metric"]["held_out"]  # smoke: no evaluation
     assert data["budget"] == pytest.approx(budget) and data["target"] == pytest.approx(target)
     groups = {g["label"]: g for g in data["groups"]}
-    trio = lambda e: (e["mean"], e["lo"], e["hi"])                                          # noqa: E731
+    trio = lambda e: (e["mean"], e["lo"], e["hi"])  # noqa: E731
     for method, e in exp.items():
         g = groups[method]
         assert g["seeds"] == 2 and g["steps"] == [STEPS, STEPS]
@@ -157,8 +171,9 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
     else:
         assert groups["flow_grpo_fast"]["speedup"] == pytest.approx(base[0] / fast[0], rel=1e-9)
         lo, hi = groups["flow_grpo_fast"]["speedup_interval"]
-        assert lo == pytest.approx(max(base[1], 0) / fast[2]) and (hi == "inf" if fast[1] <= 0 else
-                                                                   hi == pytest.approx(base[2] / fast[1]))
+        assert lo == pytest.approx(max(base[1], 0) / fast[2]) and (
+            hi == "inf" if fast[1] <= 0 else hi == pytest.approx(base[2] / fast[1])
+        )
     # 2 seeds, 5 steps: the report says how thin that is
     kinds = [w["kind"] for w in data["warnings"]]
     assert kinds[:1] == ["training_reward"] and "few_points" not in kinds and "few_seeds" not in kinds
@@ -175,8 +190,11 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
         assert _nums(row[3]) == pytest.approx(e["final"], abs=6e-5)
         assert _nums(row[4]) == pytest.approx(e["at_budget"], abs=6e-5)
         if method != "dance_grpo":
-            verdict = "not significant" if e["final"][1] <= exp["dance_grpo"]["final"][2] and \
-                exp["dance_grpo"]["final"][1] <= e["final"][2] else "significant"
+            verdict = (
+                "not significant"
+                if e["final"][1] <= exp["dance_grpo"]["final"][2] and exp["dance_grpo"]["final"][1] <= e["final"][2]
+                else "significant"
+            )
             assert row[3].endswith(verdict)
         if e["reach"] is None:
             assert row[5].startswith("not reached")
@@ -189,16 +207,21 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
         assert _nums(row[1])[0] == pytest.approx(e["s_per_step"], rel=1e-3)
         assert [_nums(c)[0] for c in row[2:5]] == pytest.approx(e["phases"], rel=1e-3, abs=1e-9)
         assert (_nums(row[5])[0], _nums(row[6])[0]) == (e["fwd"], e["bwd"])
-    assert exp["dance_grpo"]["bwd"] > exp["flow_grpo_fast"]["bwd"]      # DanceGRPO trains more transitions
+    assert exp["dance_grpo"]["bwd"] > exp["flow_grpo_fast"]["bwd"]  # DanceGRPO trains more transitions
 
     from PIL import Image
 
-    for png in ("reward_vs_step.png", "reward_vs_wallclock_s.png", "reward_vs_gpu_hours.png", "reward_curves.png",
-                "time_per_step.png"):
+    for png in (
+        "reward_vs_step.png",
+        "reward_vs_wallclock_s.png",
+        "reward_vs_gpu_hours.png",
+        "reward_curves.png",
+        "time_per_step.png",
+    ):
         path = out / png
         assert path.stat().st_size > 10_000, png
         pixels = np.asarray(Image.open(path).convert("L"), dtype=float)
-        assert pixels.std() > 10 and (pixels < 128).mean() > 0.005, png          # drawn on, not blank
+        assert pixels.std() > 10 and (pixels < 128).mean() > 0.005, png  # drawn on, not blank
 
     # the offline W&B files give the same comparison as metrics.jsonl
     proc = _compare(str(folder), "--source", "wandb", "--smooth", str(SMOOTH), "--out", str(folder / "cmp_wandb"))

@@ -1,6 +1,7 @@
 """model.compile=true (docs/performance.md#compiled-blocks): every transformer block compiled in place gives the eager
 model's velocities and gradients (within 1e-5) on the CPU, at two row counts (the second one recompiles), and keeps
 the parameter names that LoRA, checkpoints and exports rely on. Compiling takes minutes on a small CPU."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,11 +10,13 @@ import torch
 from conftest import compose
 from families import FAMILIES
 from launcher.validate import validate
-from rewardflow.errors import ConfigError
 from models.compiled_blocks import compile_blocks, compile_unavailable_reason
+from rewardflow.errors import ConfigError
 
-pytestmark = pytest.mark.skipif(compile_unavailable_reason(torch.device("cpu")) is not None,
-                                reason=str(compile_unavailable_reason(torch.device("cpu"))))
+pytestmark = pytest.mark.skipif(
+    compile_unavailable_reason(torch.device("cpu")) is not None,
+    reason=str(compile_unavailable_reason(torch.device("cpu"))),
+)
 
 
 @pytest.mark.slow
@@ -23,8 +26,9 @@ def test_compiled_blocks_equal_the_eager_model(twin_cache):
     eager = FAMILIES["tiny_flux"].build(finetune="full")
     torch.manual_seed(0)
     compiled = FAMILIES["tiny_flux"].build(finetune="full", compile=True)
-    assert compiled.compiled and [n for n, _ in compiled.transformer.named_parameters()] == \
-        [n for n, _ in eager.transformer.named_parameters()]
+    assert compiled.compiled and [n for n, _ in compiled.transformer.named_parameters()] == [
+        n for n, _ in eager.transformer.named_parameters()
+    ]
     embeds = eager.encode_prompts(["a red square", "a blue sky", "a cat"])
     for rows in (2, 3):
         x = eager.initial_noise(rows, torch.Generator().manual_seed(rows))

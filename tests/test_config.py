@@ -1,4 +1,5 @@
 """Config composition over every group option and method x reward pair, and fail-fast validation (issue 2)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -48,8 +49,11 @@ def test_every_option_composes_and_validates(group, option, tmp_path, tiny_rewar
 def test_every_method_reward_pair_composes(method, reward, tiny_rewards):
     cfg = compose([f"method={method}", f"reward={reward}", *tiny_reward_overrides(tiny_rewards, reward)])
     assert cfg.method.name == method
-    if get_class(cfg.method._target_).requires_differentiable_reward and not get_class(cfg.reward._target_).differentiable:
-        with pytest.raises(ConfigError, match=f"method={method} needs a differentiable reward"):   # rejected up front
+    if (
+        get_class(cfg.method._target_).requires_differentiable_reward
+        and not get_class(cfg.reward._target_).differentiable
+    ):
+        with pytest.raises(ConfigError, match=f"method={method} needs a differentiable reward"):  # rejected up front
             validate(cfg)
         return
     validate(cfg)
@@ -72,7 +76,7 @@ def test_method_yaml_values_reach_the_config():
     assert (flow.noise_kernel, flow.eta, flow.schedule, flow.advantage) == ("flow", 0.7, "scheduler", "prompt")
     assert flow.timestep_fraction == 0.99 and flow.kl_beta == 0.04 and flow.clip_range == 1e-4
     assert (fast.window_size, list(fast.window_range), fast.clip_range, fast.kl_beta) == (2, [0, 5], 1e-5, 0.0)
-    assert dance.group_size == 8 and dance.sampling_steps == 10     # CPU demo scale from train.yaml
+    assert dance.group_size == 8 and dance.sampling_steps == 10  # CPU demo scale from train.yaml
 
 
 # ---------------------------------------------------------------------------------------- fail fast, clearly
@@ -111,12 +115,19 @@ def enum_fields(group: str, option: str) -> list[tuple[str, list[str]]]:
     """``(key, valid values)`` of every mode (Enum-typed field) of ``<group>=<option>``'s config."""
     schema = OmegaConf.get_type(compose([f"{group}={option}"])[group])
     hints = typing.get_type_hints(schema)
-    return [(f"{group}.{f.name}", [m.value for m in hints[f.name]]) for f in dataclasses.fields(schema)
-            if isinstance(hints[f.name], type) and issubclass(hints[f.name], enum.Enum)]
+    return [
+        (f"{group}.{f.name}", [m.value for m in hints[f.name]])
+        for f in dataclasses.fields(schema)
+        if isinstance(hints[f.name], type) and issubclass(hints[f.name], enum.Enum)
+    ]
 
 
-MODES = [(group, option, key, valid) for group in ("method", "model", "reward", "logger")
-         for option in group_options(group) for key, valid in enum_fields(group, option)]
+MODES = [
+    (group, option, key, valid)
+    for group in ("method", "model", "reward", "logger")
+    for option in group_options(group)
+    for key, valid in enum_fields(group, option)
+]
 
 
 @pytest.mark.parametrize("group,option,key,valid", MODES, ids=[f"{g}={o}:{k}" for g, o, k, _ in MODES])
@@ -139,10 +150,12 @@ def test_unknown_option_and_key_fail_at_composition():
 def test_composition_imports_neither_torch_nor_diffusers():
     """`rewardflow --cfg job` and `--help` compose configs only: every config module stays light, so the CLI answers
     (and the preemption handler is installed) before the slow imports."""
-    code = ("import sys; from launcher.cli import main; from conftest import compose, group_options; "
-            f"[compose([f'{{g}}={{o}}']) for g in {GROUPS!r} for o in group_options(g)]; "
-            "heavy = [m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules]; "
-            "print(heavy); sys.exit(1 if heavy else 0)")
+    code = (
+        "import sys; from launcher.cli import main; from conftest import compose, group_options; "
+        f"[compose([f'{{g}}={{o}}']) for g in {GROUPS!r} for o in group_options(g)]; "
+        "heavy = [m for m in ('torch', 'diffusers', 'transformers') if m in sys.modules]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "tests", capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -155,11 +168,13 @@ def test_jsonl_prompt_file_and_field(tmp_path, no_model_building):
         validate(compose(["data=file", f"data.path={f}"]))
 
 
-@pytest.mark.parametrize("args,key", [(["method.clip_range=-1"], "method.clip_range"),
-                                      (["method=nope"], "method/nope")])
+@pytest.mark.parametrize(
+    "args,key", [(["method.clip_range=-1"], "method.clip_range"), (["method=nope"], "method/nope")]
+)
 def test_cli_reports_a_message_not_a_traceback(args, key, tmp_path):
-    proc = subprocess.run([*rewardflow_cmd(), *args, f"hydra.run.dir={tmp_path}"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [*rewardflow_cmd(), *args, f"hydra.run.dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode != 0
     assert key in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -2,6 +2,7 @@
 it. An option YAML sets only what differs from its schema; train.yaml and the experiment presets set only what differs
 from the options they compose (a preset may pin a key train.yaml sets, so that the CPU demo's scale never leaks into
 a paper preset)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_an_option_sets_only_what_differs_from_its_schema(group, option):
     defaults, body = yaml_of(CONF / group / f"{option}.yaml")
     schema_group, name, package = schema_entry(defaults)
     assert schema_group == group
-    own = body if package == "_here_" else body.get(package, {})      # @cluster: a global file's cluster.* keys
+    own = body if package == "_here_" else body.get(package, {})  # @cluster: a global file's cluster.* keys
     schema = schema_defaults(group, name)
     assert not restated(own, lambda path: lookup(schema, path)), f"conf/{group}/{option}.yaml restates defaults"
 
@@ -106,6 +107,7 @@ def given_by(picked: dict[str, str]):
         if path[0] in COMPONENT_GROUPS:
             return lookup(option_values(path[0], picked[path[0]]), path[1:])
         return lookup(root, path)
+
     return given
 
 

@@ -1,5 +1,6 @@
 """Flow-GRPO's coefficient-preserving step (``noise_kernel=cps``, docs/cps.md) against upstream's own code, and the
 closed forms that build on ``FlowSDEScheduler`` (``velocity_coef``, ``log_prob_precision``, the KL) under it."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,8 @@ from launcher.validate import validate
 from methods.sde import FlowSDEScheduler, cps_log_prob
 from rewardflow.errors import ConfigError
 
-A = 0.8       # upstream's noise_level in every CPS config
-N = 10        # SD3.5-M Fast: num_steps 10
+A = 0.8  # upstream's noise_level in every CPS config
+N = 10  # SD3.5-M Fast: num_steps 10
 SHAPE = (3, 16, 4, 4)
 
 
@@ -38,7 +39,9 @@ def upstream_cps_step(self, model_output, timestep, sample, noise_level=0.7, pre
     std_dev_t = sigma_prev * math.sin(noise_level * math.pi / 2)  # sigma_t in paper
     pred_original_sample = sample - sigma * model_output  # predicted x_0 in paper
     noise_estimate = sample + model_output * (1 - sigma)  # predicted x_1 in paper
-    prev_sample_mean = pred_original_sample * (1 - sigma_prev) + noise_estimate * torch.sqrt(sigma_prev**2 - std_dev_t**2)
+    prev_sample_mean = pred_original_sample * (1 - sigma_prev) + noise_estimate * torch.sqrt(
+        sigma_prev**2 - std_dev_t**2
+    )
 
     if prev_sample is None:
         prev_sample = prev_sample_mean + std_dev_t * variance_noise
@@ -61,15 +64,19 @@ def upstream_case(steps: list[int], seed: int = 0):
     return sched, ours, torch.tensor(steps), x, v, v_new, noise
 
 
-@pytest.mark.parametrize("steps", [[0, 4, 8], [1, 5, 9]])     # 9 is the last step: sigma_next = 0, std = 0
+@pytest.mark.parametrize("steps", [[0, 4, 8], [1, 5, 9]])  # 9 is the last step: sigma_next = 0, std = 0
 def test_step_mean_std_and_log_prob_match_upstream(steps):
     sched, ours, idx, x, v, v_new, noise = upstream_case(steps)
     timesteps = sched.timesteps[idx]
     prev, log_prob, mean, std = upstream_cps_step(sched, v, timesteps, x, noise_level=A, variance_noise=noise)
     out = ours.step(x, v, idx, noise=noise)
     assert out.prev_sample.dtype == torch.float32
-    for name, got, want in (("prev_sample", out.prev_sample, prev), ("mean", out.mean, mean),
-                            ("std", out.std, std.flatten()), ("log_prob", out.log_prob, log_prob)):
+    for name, got, want in (
+        ("prev_sample", out.prev_sample, prev),
+        ("mean", out.mean, mean),
+        ("std", out.std, std.flatten()),
+        ("log_prob", out.log_prob, log_prob),
+    ):
         err = float((got.double() - want.double()).abs().max())
         assert err <= 1e-6, f"{name}: max |ours - upstream| = {err:.2e}"
 
@@ -78,7 +85,7 @@ def test_step_mean_std_and_log_prob_match_upstream(steps):
     got_lp, got_mean = ours.log_prob(out.prev_sample, x, v_new, idx)
     assert float((got_lp - log_prob_new).abs().max()) <= 1e-6
     assert float((got_mean - mean_new).abs().max()) <= 1e-6
-    assert float((log_prob_new - log_prob).abs().max()) > 1e-3       # the case exercises a real change
+    assert float((log_prob_new - log_prob).abs().max()) > 1e-3  # the case exercises a real change
 
 
 def test_log_prob_convention_is_upstreams_not_the_gaussian_density():
@@ -127,8 +134,8 @@ def test_velocity_coef_and_precision_are_the_autograd_derivatives():
     kappa = sde.velocity_coef(idx, stochastic)
     torch.testing.assert_close(grad, kappa[:, None].expand(4, 6), rtol=1e-12, atol=1e-15)
     delta = sde.sigmas[idx + 1] - sde.sigma(idx)
-    torch.testing.assert_close(kappa[1], delta[1], rtol=1e-12, atol=0)           # deterministic row: Euler
-    assert (kappa[2:] < delta[2:]).all()                 # noise takes weight off x1_hat (no effect at sigma = 1)
+    torch.testing.assert_close(kappa[1], delta[1], rtol=1e-12, atol=0)  # deterministic row: Euler
+    assert (kappa[2:] < delta[2:]).all()  # noise takes weight off x1_hat (no effect at sigma = 1)
 
     out = sde.step(x, v.detach(), idx, noise=xi)
     mu = out.mean.clone().requires_grad_(True)
@@ -145,8 +152,9 @@ def test_std_is_g_sqrt_minus_delta_ode_rows_are_euler_and_the_last_step_is_defin
     g = torch.Generator().manual_seed(3)
     x, v = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
     _, std = sde.mean_std(x, v, idx)
-    torch.testing.assert_close(std, sde.diffusion_coef(idx) * torch.sqrt(sigmas[idx] - sigmas[idx + 1]),
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        std, sde.diffusion_coef(idx) * torch.sqrt(sigmas[idx] - sigmas[idx + 1]), rtol=1e-12, atol=0
+    )
     out = sde.step(x, v, idx, stochastic=torch.tensor([False, True, False, True]))
     euler = x + (sigmas[idx + 1] - sigmas[idx])[:, None] * v
     assert torch.equal(out.prev_sample[[0, 2]], euler[[0, 2]])
@@ -161,8 +169,10 @@ def test_kl_to_the_reference_is_upstreams():
     """Upstream divides mean ||mu - mu_ref||^2 by 2 std_dev_t^2 with CPS's std_dev_t the step's std: the exact KL,
     whatever method.kl_exact says."""
     for kl_exact in ("false", "true"):
-        method = flash_method(IdentityBackbone(dtype=torch.float64),
-                              ["noise_kernel=cps", f"eta={A}", "kl_beta=0.04", f"kl_exact={kl_exact}"])
+        method = flash_method(
+            IdentityBackbone(dtype=torch.float64),
+            ["noise_kernel=cps", f"eta={A}", "kl_beta=0.04", f"kl_exact={kl_exact}"],
+        )
         idx = torch.tensor([0, 1, 4])
         g = torch.Generator().manual_seed(4)
         x, v, v_ref = (torch.randn(3, 2, 3, 4, 4, generator=g) for _ in range(3))
@@ -187,11 +197,22 @@ def test_fast_presets_use_cps_as_upstream_does():
     assert compose(["method=flow_grpo"]).method.noise_kernel == "flow"
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["method=flow_grpo_fast", "method.eta=1.2"], "method.eta"),
-    (["method=flash_grpo", "method.noise_kernel=cps", "method.eta=0.8", "method.kl_beta=0.01",
-      "method.kl_rectify=true"], "method.kl_rectify"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["method=flow_grpo_fast", "method.eta=1.2"], "method.eta"),
+        (
+            [
+                "method=flash_grpo",
+                "method.noise_kernel=cps",
+                "method.eta=0.8",
+                "method.kl_beta=0.01",
+                "method.kl_rectify=true",
+            ],
+            "method.kl_rectify",
+        ),
+    ],
+)
 def test_bad_cps_configs_fail_naming_the_key(overrides, key):
     with pytest.raises(ConfigError, match=key):
         validate(compose(overrides))

@@ -1,5 +1,6 @@
 """method=diffusion_nft on the shared trainer: its gradient against the authors' loss on a real rollout, the lagging
 sampling policy (full and LoRA), pass counts, config errors, resume and FSDP2 over 2 gloo processes."""
+
 from __future__ import annotations
 
 import copy
@@ -40,7 +41,7 @@ def _lag(method: DiffusionNFT, seed: int = 1, scale: float = 0.05) -> None:
         for c in method.old_policy.copies.values():
             local = c.to_local() if hasattr(c, "to_local") else c
             full = torch.randn(c.shape, generator=g)
-            if hasattr(c, "to_local"):                      # the same perturbation on every rank's shard
+            if hasattr(c, "to_local"):  # the same perturbation on every rank's shard
                 from torch.distributed.tensor import distribute_tensor
 
                 full = distribute_tensor(full, c.device_mesh, c.placements).to_local()
@@ -55,8 +56,11 @@ def _scored_rollout(method: DiffusionNFT, seed: int = 0):
 
 
 def _grads(module) -> dict[str, torch.Tensor]:
-    return {k: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
-            for k, p in module.named_parameters() if p.grad is not None}
+    return {
+        k: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
+        for k, p in module.named_parameters()
+        if p.grad is not None
+    }
 
 
 # ---------------------------------------------------------------------------------------- gradient and policies
@@ -78,8 +82,9 @@ def test_backward_equals_the_authors_loss_on_a_real_rollout():
     lagging = {**trained, **{k: v.clone() for k, v in method.old_policy.copies.items()}}
     x0, steps = rollout.latents, rollout.train_steps
     noise = method.forward_noise(rollout, torch.arange(4))
-    config = OmegaConf.create({"beta": cfg.beta, "train": {"adv_clip_max": cfg.adv_clip_max,
-                                                            "adv_mode": cfg.adv_mode, "beta": cfg.kl_beta}})
+    config = OmegaConf.create(
+        {"beta": cfg.beta, "train": {"adv_clip_max": cfg.adv_clip_max, "adv_mode": cfg.adv_mode, "beta": cfg.kl_beta}}
+    )
     model.zero_grad(set_to_none=True)
     for j in range(steps.shape[1]):
         t = method.sigmas[steps[:, j]].float()
@@ -115,8 +120,8 @@ def test_rollouts_sample_the_lagging_policy_which_follows_their_update(finetune)
     trained = {n: params[n].detach().clone() for n in names}
     frozen = {k: v.detach().clone() for k, v in params.items() if k not in names}
     drawn = method.rollout(["a red square"], torch.Generator().manual_seed(0)).latents
-    assert all(torch.equal(params[n], trained[n]) for n in names)          # the swap put v back
-    with torch.no_grad():                                    # the same weights, put in by hand, as v
+    assert all(torch.equal(params[n], trained[n]) for n in names)  # the swap put v back
+    with torch.no_grad():  # the same weights, put in by hand, as v
         for n in names:
             params[n].copy_(lagging[n])
     method.old_policy.copies = {n: params[n].detach().clone() for n in names}
@@ -124,11 +129,11 @@ def test_rollouts_sample_the_lagging_policy_which_follows_their_update(finetune)
     with torch.no_grad():
         for n in names:
             params[n].copy_(trained[n])
-    method.old_policy.copies = {n: c.clone() for n, c in trained.items()}           # v_old = v draws otherwise
+    method.old_policy.copies = {n: c.clone() for n, c in trained.items()}  # v_old = v draws otherwise
     assert not torch.equal(method.rollout(["a red square"], torch.Generator().manual_seed(0)).latents, drawn)
     method.old_policy.copies = {n: c.clone() for n, c in lagging.items()}
 
-    method.end_step(1)                                       # 2 optimizer steps so far: d = min(0.25 x 2, 0.5)
+    method.end_step(1)  # 2 optimizer steps so far: d = min(0.25 x 2, 0.5)
     assert method.step_metrics() == {"nft/old_decay": 0.5}
     for n in names:
         torch.testing.assert_close(method.old_policy.copies[n], 0.5 * lagging[n] + 0.5 * trained[n])
@@ -141,31 +146,39 @@ def test_a_rollout_keeps_only_final_latents_and_its_training_times():
     b, n = 4, method.cfg.sampling_steps
     assert rollout.latents.shape == (b, *method.backbone.latent_shape) and rollout.log_probs is None
     t = rollout.train_steps
-    assert t.shape == (b, int(0.99 * n)) and all(len(set(row.tolist())) == t.shape[1] for row in t)   # distinct
+    assert t.shape == (b, int(0.99 * n)) and all(len(set(row.tolist())) == t.shape[1] for row in t)  # distinct
     assert len(rollout.extras["noise_seeds"]) == b
 
 
 # -------------------------------------------------------------------------------------------- counts and config
-@pytest.mark.parametrize("overrides", [[], ["method.kl_beta=0"], ["model.finetune=lora", "model.lora_rank=4",
-                                                                   "method.sampler=unipc",
-                                                                   "method.updates_per_rollout=2"]])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        [],
+        ["method.kl_beta=0"],
+        ["model.finetune=lora", "model.lora_rank=4", "method.sampler=unipc", "method.updates_per_rollout=2"],
+    ],
+)
 def test_pass_counts_per_step_are_the_declared_ones(tmp_path, overrides):
     cfg = compose([*SMOKE, "trainer.steps=1", *overrides])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     row = trainer.train_step(0)
     fwd, bwd = DiffusionNFT.passes_per_sample(cfg.method)
-    n, t = cfg.method.sampling_steps, int(0.99 * cfg.method.sampling_steps)       # smoke: 6 steps, 5 trained
+    n, t = cfg.method.sampling_steps, int(0.99 * cfg.method.sampling_steps)  # smoke: 6 steps, 5 trained
     assert (fwd, bwd) == (n + t * (3 if cfg.method.kl_beta > 0 else 2), t)
     assert (row["count/transformer_fwd"], row["count/transformer_bwd"]) == (4 * fwd, 4 * bwd)
     assert row["health/skipped_updates"] == 0 and ("nft/kl_ref" in row) == (cfg.method.kl_beta > 0)
 
 
-@pytest.mark.parametrize("overrides,match", [
-    (["method.timestep_fraction=0.1"], r"method.timestep_fraction: .*Fix: method.timestep_fraction=0.167"),
-    (["method.beta=0"], r"method.beta: must be > 0"),
-    (["method.old_decay_max=1"], r"method.old_decay_max: must be in \[0, 1\)"),
-    (["method.updates_per_rollout=3"], r"method.updates_per_rollout: must divide the 4 samples"),
-])
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        (["method.timestep_fraction=0.1"], r"method.timestep_fraction: .*Fix: method.timestep_fraction=0.167"),
+        (["method.beta=0"], r"method.beta: must be > 0"),
+        (["method.old_decay_max=1"], r"method.old_decay_max: must be in \[0, 1\)"),
+        (["method.updates_per_rollout=3"], r"method.updates_per_rollout: must divide the 4 samples"),
+    ],
+)
 def test_bad_values_fail_before_anything_is_built(overrides, match):
     with pytest.raises(ConfigError, match=match):
         validate(compose([*SMOKE, *overrides]))
@@ -192,8 +205,16 @@ def _metrics(run_dir):
 @pytest.mark.parametrize("finetune", ["full", "lora"])
 def test_interrupted_run_resumes_bitwise_with_its_sampling_policy(tmp_path, finetune):
     """As tests/test_resume.py, with v_old far from v (fast decay): the checkpoint must bring v_old back too."""
-    cfg = compose([*SMOKE, "trainer.steps=6", "trainer.ckpt_every=2", f"model.finetune={finetune}",
-                   "model.lora_rank=4", "method.old_decay_rate=0.2"])
+    cfg = compose(
+        [
+            *SMOKE,
+            "trainer.steps=6",
+            "trainer.ckpt_every=2",
+            f"model.finetune={finetune}",
+            "model.lora_rank=4",
+            "method.old_decay_rate=0.2",
+        ]
+    )
     ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
     ref.fit()
 
@@ -205,6 +226,7 @@ def test_interrupted_run_resumes_bitwise_with_its_sampling_policy(tmp_path, fine
         if step == 4:
             raise RuntimeError("simulated node failure")
         return out
+
     broken.train_step = crash_after_4
     with pytest.raises(RuntimeError, match="simulated"):
         broken.fit()
@@ -230,15 +252,16 @@ def _shard(backbone):
 def _sharded_work(rank, world, overrides, expected_latents):
     method = _method(overrides, parallelize=_shard)
     _lag(method)
-    rollout = _scored_rollout(method)                        # every rank draws the same rollout (same seed)
+    rollout = _scored_rollout(method)  # every rank draws the same rollout (same seed)
     same_rollout = torch.equal(rollout.latents, expected_latents)
-    mine = torch.arange(len(rollout))[rank::world]           # each rank trains its half
+    mine = torch.arange(len(rollout))[rank::world]  # each rank trains its half
     method.backbone.transformer.zero_grad(set_to_none=True)
     method.backward(rollout, mine, len(mine))
     grads = _grads(method.backbone.transformer)
     method.end_step(0)
-    old = {k: (c.full_tensor() if hasattr(c, "full_tensor") else c).clone()
-           for k, c in method.old_policy.copies.items()}
+    old = {
+        k: (c.full_tensor() if hasattr(c, "full_tensor") else c).clone() for k, c in method.old_policy.copies.items()
+    }
     return same_rollout, rollout.latents, grads, old
 
 
@@ -248,8 +271,12 @@ def test_two_sharded_ranks_equal_one_process(finetune):
     """The v_old swap under FSDP2 (the root group keeps its gathered parameters after a no-grad forward, hence the
     reshard after every swap): the rollout, the gradient and the updated v_old equal the single-process ones."""
     # an fp32 reference: a bf16 one computes in bf16 in one process but is gathered to fp32 under FSDP2
-    overrides = [f"model.finetune={finetune}", "model.lora_rank=4", "method.kl_beta=0.01",
-                 "model.reference_dtype=float32"]
+    overrides = [
+        f"model.finetune={finetune}",
+        "model.lora_rank=4",
+        "method.kl_beta=0.01",
+        "model.reference_dtype=float32",
+    ]
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -263,7 +290,7 @@ def test_two_sharded_ranks_equal_one_process(finetune):
         ranks = run_distributed(_sharded_work, 2, overrides, rollout.latents)
     finally:
         torch.set_num_threads(old_threads)
-    for same, latents, grads, old in ranks:
+    for _same, latents, grads, old in ranks:
         torch.testing.assert_close(latents, rollout.latents, rtol=1e-5, atol=1e-6)
         assert grads.keys() == single.keys()
         for k, v in single.items():
@@ -278,9 +305,20 @@ def test_trains_and_checkpoints_on_two_local_ranks(tmp_path):
     checkpoint holds the sharded v_old."""
     import subprocess
 
-    proc = subprocess.run([*rewardflow_cmd(), "cluster=local_multi", "cluster.tasks_per_node=2", *SMOKE,
-                           "trainer.steps=2", f"output_root={tmp_path}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            *rewardflow_cmd(),
+            "cluster=local_multi",
+            "cluster.tasks_per_node=2",
+            *SMOKE,
+            "trainer.steps=2",
+            f"output_root={tmp_path}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (job,) = [p for p in next((tmp_path / "train" / "multiruns").iterdir()).iterdir() if p.name == "0"]
     rows = [json.loads(l) for l in (job / "metrics.jsonl").read_text().splitlines()]

@@ -2,6 +2,7 @@
 the loss and its gradient (scripts/train_nft_sd3.py:909-970), the sampling policy's decay (169-189, 1034-1039) and
 the dpm2 rollout solver (flow_grpo/diffusers_patch/solver.py:14-75, 207-356) against diffusers' scheduler.
 The loss and the policy update are checked in float64; the solvers in float32, in which diffusers' schedulers step."""
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ def authors_loss(forward_prediction, old_prediction, ref_forward_prediction, x0,
     elif config.train.adv_mode == "negative_only":
         advantages_clip = torch.clamp(advantages_clip, -config.train.adv_clip_max, 0)
     elif config.train.adv_mode == "one_only":
-        advantages_clip = torch.where(advantages_clip > 0, torch.ones_like(advantages_clip),
-                                      torch.zeros_like(advantages_clip))
+        advantages_clip = torch.where(
+            advantages_clip > 0, torch.ones_like(advantages_clip), torch.zeros_like(advantages_clip)
+        )
     elif config.train.adv_mode == "binary":
         advantages_clip = torch.sign(advantages_clip)
     normalized_advantages_clip = (advantages_clip / config.train.adv_clip_max) / 2.0 + 0.5
@@ -43,13 +45,19 @@ def authors_loss(forward_prediction, old_prediction, ref_forward_prediction, x0,
     implicit_negative_prediction = (1.0 + config.beta) * old_prediction.detach() - config.beta * forward_prediction
     x0_prediction = xt - t_expanded * positive_prediction
     with torch.no_grad():
-        weight_factor = (torch.abs(x0_prediction.double() - x0.double())
-                         .mean(dim=tuple(range(1, x0.ndim)), keepdim=True).clip(min=0.00001))
+        weight_factor = (
+            torch.abs(x0_prediction.double() - x0.double())
+            .mean(dim=tuple(range(1, x0.ndim)), keepdim=True)
+            .clip(min=0.00001)
+        )
     positive_loss = ((x0_prediction - x0) ** 2 / weight_factor).mean(dim=tuple(range(1, x0.ndim)))
     negative_x0_prediction = xt - t_expanded * implicit_negative_prediction
     with torch.no_grad():
-        negative_weight_factor = (torch.abs(negative_x0_prediction.double() - x0.double())
-                                  .mean(dim=tuple(range(1, x0.ndim)), keepdim=True).clip(min=0.00001))
+        negative_weight_factor = (
+            torch.abs(negative_x0_prediction.double() - x0.double())
+            .mean(dim=tuple(range(1, x0.ndim)), keepdim=True)
+            .clip(min=0.00001)
+        )
     negative_loss = ((negative_x0_prediction - x0) ** 2 / negative_weight_factor).mean(dim=tuple(range(1, x0.ndim)))
     ori_policy_loss = r * positive_loss / config.beta + (1.0 - r) * negative_loss / config.beta
     policy_loss = (ori_policy_loss * config.train.adv_clip_max).mean()
@@ -66,11 +74,11 @@ def small_case(seed: int):
     b, d = 4, math.prod(LATENT)
     x0 = torch.randn(b, *LATENT, generator=g)
     noise = torch.randn(b, *LATENT, generator=g)
-    t = torch.tensor([1.0, 0.7, 0.31, 0.05])                    # includes pure noise, as the SD3 grid does
+    t = torch.tensor([1.0, 0.7, 0.31, 0.05])  # includes pure noise, as the SD3 grid does
     xt = (1 - t.view(-1, 1, 1, 1)) * x0 + t.view(-1, 1, 1, 1) * noise
     w = (torch.eye(d) + 0.1 * torch.randn(d, d, generator=g)).requires_grad_(True)
     u = torch.randn(d, generator=g).requires_grad_(True)
-    model = lambda w_, u_: (xt.flatten(1) @ w_.T + t[:, None] * u_).view(b, *LATENT)   # noqa: E731
+    model = lambda w_, u_: (xt.flatten(1) @ w_.T + t[:, None] * u_).view(b, *LATENT)  # noqa: E731
     with torch.no_grad():
         v_old = model(w + 0.05 * torch.randn(d, d, generator=g), u + 0.1 * torch.randn(d, generator=g))
         v_ref = model(torch.eye(d), torch.zeros(d))
@@ -79,9 +87,17 @@ def small_case(seed: int):
 
 
 @float64
-@pytest.mark.parametrize("beta,kl_beta,adv_mode", [(1.0, 1e-4, "all"), (0.1, 1e-4, "all"), (0.1, 0.0, "binary"),
-                                                   (0.5, 0.3, "positive_only"), (1.0, 0.0, "negative_only"),
-                                                   (0.1, 0.0, "one_only")])
+@pytest.mark.parametrize(
+    "beta,kl_beta,adv_mode",
+    [
+        (1.0, 1e-4, "all"),
+        (0.1, 1e-4, "all"),
+        (0.1, 0.0, "binary"),
+        (0.5, 0.3, "positive_only"),
+        (1.0, 0.0, "negative_only"),
+        (0.1, 0.0, "one_only"),
+    ],
+)
 def test_loss_and_gradient_equal_the_authors_code(beta, kl_beta, adv_mode):
     x0, xt, t, (w, u), model, v_old, v_ref, adv = small_case(0)
     config = SimpleNamespace(beta=beta, train=SimpleNamespace(adv_clip_max=5.0, adv_mode=adv_mode, beta=kl_beta))
@@ -90,12 +106,12 @@ def test_loss_and_gradient_equal_the_authors_code(beta, kl_beta, adv_mode):
 
     r = optimality_weight(adv, 5.0, adv_mode)
     ours, stats = nft_loss(model(w, u), v_old, x0, xt, t, r, beta, 5.0, kl_beta, v_ref if kl_beta > 0 else None)
-    ours = ours.mean()                       # theirs is the micro-batch mean; ours per sample (the trainer sums)
+    ours = ours.mean()  # theirs is the micro-batch mean; ours per sample (the trainer sums)
     grads = torch.autograd.grad(ours, (w, u))
     assert ours.dtype == torch.float64 and float(ref.detach()) > 0
     torch.testing.assert_close(ours, ref, rtol=1e-13, atol=0)
     for ours_g, ref_g in zip(grads, ref_grads):
-        assert float(ref_g.abs().max()) > 1e-3                  # a real gradient, not a vanishing one
+        assert float(ref_g.abs().max()) > 1e-3  # a real gradient, not a vanishing one
         torch.testing.assert_close(ours_g, ref_g, rtol=1e-12, atol=1e-14)
     assert ("kl" in stats) == (kl_beta > 0)
 
@@ -143,7 +159,7 @@ def test_decay_schedules_are_the_authors(decay_type, args):
 @float64
 def test_lagging_copy_moves_as_theirs_and_swaps_in_and_out_exactly():
     lin = torch.nn.Linear(3, 2)
-    lin.bias.requires_grad_(False)                              # frozen parameters are not copied
+    lin.bias.requires_grad_(False)  # frozen parameters are not copied
     lagging = LaggingPolicy(lin)
     assert list(lagging.state_dict()) == ["old_policy.weight"]
     old = lin.weight.detach().clone()
@@ -151,35 +167,38 @@ def test_lagging_copy_moves_as_theirs_and_swaps_in_and_out_exactly():
         lin.weight.add_(1.0)
     trained = lin.weight.detach().clone()
     lagging.update(0.3)
-    expected = old * 0.3 + trained.clone() * (1.0 - 0.3)        # their lines 1036-1039
+    expected = old * 0.3 + trained.clone() * (1.0 - 0.3)  # their lines 1036-1039
     torch.testing.assert_close(lagging.copies["weight"], expected, rtol=0, atol=1e-15)
     x = torch.randn(5, 3)
     with lagging.active():
         torch.testing.assert_close(lin(x), x @ expected.T + lin.bias)
-    assert torch.equal(lin.weight, trained)                     # bitwise back
+    assert torch.equal(lin.weight, trained)  # bitwise back
 
 
 # -------------------------------------------------------------------------------------------------- the solvers
 def gaussian_velocity(mean: float, std: float):
     """Exact velocity dx/dsigma of data N(mean, std^2) on x = (1 - sigma) x0 + sigma eps, and its exact flow map."""
+
     def v(x, sigma):
         s = sigma.view(-1, *([1] * (x.ndim - 1))).to(x.dtype)
         a = 1 - s
         x0_hat = mean + a * std**2 / (a * a * std**2 + s * s) * (x - a * mean)
         return (x - x0_hat) / s
+
     return v, (lambda eps: mean + std * eps)
 
 
 def authors_dpm2(v_pred_fn, z, sigma_schedule):
     """flow_grpo/diffusers_patch/solver.py ``run_sampling(solver="dpm2", determistic=True)``: DDIM (eta 0) at the
     first and last step, multistep DPM-Solver++(2M) in between (lines 207-260, 275-356)."""
+
     def alpha_sigma(s):
         return 1 - s, s
 
     def ddim(x0_pred, i, sample):
         t, s = sigma_schedule[i + 1], sigma_schedule[i]
         noise_pred = (sample - (1 - s) * x0_pred) / s
-        return (1 - t) * x0_pred + t * noise_pred                 # rho_t = 0: prev_mean
+        return (1 - t) * x0_pred + t * noise_pred  # rho_t = 0: prev_mean
 
     def first_order(x0_pred, i, sample):
         (a_t, s_t), (a_s, s_s) = alpha_sigma(sigma_schedule[i + 1]), alpha_sigma(sigma_schedule[i])
@@ -214,7 +233,7 @@ def test_dpmpp_2m_is_the_authors_dpm2(n):
     eps = torch.randn(3, *LATENT, generator=torch.Generator().manual_seed(n))
     ours = solve("dpmpp_2m", sigmas, v, eps.clone())
     theirs = authors_dpm2(v, eps.clone(), sigmas)
-    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)     # diffusers steps in float32
+    torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-5)  # diffusers steps in float32
 
 
 def test_euler_is_the_plain_euler_step_on_the_given_grid():
@@ -243,6 +262,8 @@ def test_second_order_solvers_beat_euler_on_a_uniform_grid(std):
     v, flow_map = gaussian_velocity(0.3, std)
     eps = torch.randn(64, *LATENT, generator=torch.Generator().manual_seed(2))
     for n in (10, 20, 40):
-        err = {name: float((solve(name, linear_shift_sigmas(n, 1.0), v, eps.clone()) - flow_map(eps)).abs().mean())
-               for name in Sampler}
+        err = {
+            name: float((solve(name, linear_shift_sigmas(n, 1.0), v, eps.clone()) - flow_map(eps)).abs().mean())
+            for name in Sampler
+        }
         assert err["dpmpp_2m"] < err["euler"] / 5 and err["unipc"] < err["euler"] / 5, (n, err)

@@ -7,6 +7,7 @@
   (GitHub's heading anchors); so does every ``docs/<page>.md#<section>`` cited in the code.
 * The README links every method page.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,7 +24,8 @@ DOCS = ROOT / "docs"
 OUTSIDE_REFERENCE = re.compile(
     r"\.\./shared|shared/(?:spec|research)"
     r"|(?<![\w/.-])(?:jagg_grpo|flash_grpo|eam|ecosystem|cpu_stack|slurm_single_node|gpu_machine)\.md"
-    r"|cpu_stack|slurm_single_node|spec §|§[A-H]")
+    r"|cpu_stack|slurm_single_node|spec §|§[A-H]"
+)
 
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 CODE_CITATION = re.compile(r"\bdocs/[\w./-]+\.md(?:#[\w-]+)?")
@@ -44,7 +46,7 @@ def read_text(rel: str) -> str | None:
         return None
     data = path.read_bytes()
     if b"\0" in data[:4096]:
-        return None                       # binary
+        return None  # binary
     return data.decode("utf-8", errors="replace")
 
 
@@ -112,8 +114,10 @@ def test_no_tracked_file_outside_docs_refers_to_notes_outside_the_repository():
         for number, line in enumerate(text.splitlines(), 1):
             if OUTSIDE_REFERENCE.search(line):
                 offending.append(f"{rel}:{number}: {line.strip()}")
-    assert not offending, ("these lines cite notes outside the repository; cite the docs/ section (or the paper) "
-                           "that holds the content instead:\n" + "\n".join(offending))
+    assert not offending, (
+        "these lines cite notes outside the repository; cite the docs/ section (or the paper) "
+        "that holds the content instead:\n" + "\n".join(offending)
+    )
 
 
 def test_the_pattern_tells_outside_notes_from_docs_pages():
@@ -128,7 +132,7 @@ def test_relative_links_in_readme_and_docs_resolve():
     for page in markdown_pages():
         for number, line in prose_lines(page.read_text(encoding="utf-8")):
             for target in LINK.findall(line):
-                if re.match(r"[a-z][a-z0-9+.-]*:", target):      # http:, https:, mailto:
+                if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                     continue
                 path, _, anchor = target.partition("#")
                 resolved = page if not path else page.parent / path
@@ -165,6 +169,8 @@ def test_readme_links_every_method_page():
 
 def test_github_anchor():
     assert github_anchor("Publishing to W&B") == "publishing-to-wb"
-    assert github_anchor("JAGG: Jacobian-Aggregated Group Gradient (`method=jagg`)") == \
-        "jagg-jacobian-aggregated-group-gradient-methodjagg"
+    assert (
+        github_anchor("JAGG: Jacobian-Aggregated Group Gradient (`method=jagg`)")
+        == "jagg-jacobian-aggregated-group-gradient-methodjagg"
+    )
     assert github_anchor("The noise scale sigma_t") == "the-noise-scale-sigma_t"

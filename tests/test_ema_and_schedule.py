@@ -1,6 +1,7 @@
 """EMA of the weights and learning-rate schedules (docs/evaluation.md#tested-invariants): the EMA is the exponential
 average (float64), swapping it in and out restores the trained weights bitwise, the schedules follow their closed
 forms, and a resumed run continues both bitwise (weights, averages, learning rates, EMA evaluations, export)."""
+
 from __future__ import annotations
 
 import json
@@ -55,7 +56,9 @@ def test_ema_is_the_exponential_average_and_applying_it_restores_the_weights_bit
     for i, avg in enumerate(ema.averages):
         # ema_k = decay^k w_0 + (1 - decay) sum_{j=1..k} decay^(k-j) w_j
         k = len(history) - 1
-        expected = decay**k * history[0][i] + sum((1 - decay) * decay**(k - j) * history[j][i] for j in range(1, k + 1))
+        expected = decay**k * history[0][i] + sum(
+            (1 - decay) * decay ** (k - j) * history[j][i] for j in range(1, k + 1)
+        )
         torch.testing.assert_close(avg, expected, rtol=1e-13, atol=1e-13)
     trained = [p.detach().clone() for p in params]
     with ema.applied():
@@ -63,14 +66,26 @@ def test_ema_is_the_exponential_average_and_applying_it_restores_the_weights_bit
     assert all(torch.equal(p, t) for p, t in zip(params, trained))
 
 
-EMA_RUN = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2", "trainer.ema_decay=0.7",
-           "optimizer.scheduler=warmup_cosine", "optimizer.warmup_steps=2", "eval.every=2",
-           "eval.samples_per_prompt=1", "eval.use_ema=true", "trainer.export_ema=true"]
+EMA_RUN = [
+    "experiment=smoke",
+    "logger=none",
+    "trainer.steps=6",
+    "trainer.ckpt_every=2",
+    "trainer.ema_decay=0.7",
+    "optimizer.scheduler=warmup_cosine",
+    "optimizer.warmup_steps=2",
+    "eval.every=2",
+    "eval.samples_per_prompt=1",
+    "eval.use_ema=true",
+    "trainer.export_ema=true",
+]
 
 
 def _rows(run_dir):
-    return [{k: v for k, v in json.loads(l).items() if not k.startswith("time/")}
-            for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [
+        {k: v for k, v in json.loads(l).items() if not k.startswith("time/")}
+        for l in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
 
 
 class Crash(RuntimeError):
@@ -92,10 +107,10 @@ def test_ema_and_schedule_resume_bitwise_and_the_export_writes_the_ema(ema_refer
     ref, ref_dir = ema_reference
     rows = _rows(ref_dir)
     lr = [r["lr"] for r in rows if "lr" in r]
-    assert lr[0] < lr[1] < lr[2] > lr[3] > lr[4] > lr[5] > 0               # warmup, then the cosine
+    assert lr[0] < lr[1] < lr[2] > lr[3] > lr[4] > lr[5] > 0  # warmup, then the cosine
     exported = load_file(str(next((ref_dir / "export" / "transformer").glob("*.safetensors"))))
     for name, avg in ref.ema.state_dict().items():
-        assert torch.equal(exported[name], avg), name                       # the export holds the EMA weights
+        assert torch.equal(exported[name], avg), name  # the export holds the EMA weights
 
     cfg = compose(EMA_RUN)
     broken = Trainer(cfg, RunInfo(run_dir=tmp_path))
@@ -103,16 +118,17 @@ def test_ema_and_schedule_resume_bitwise_and_the_export_writes_the_ema(ema_refer
 
     def crash_after_4(step):
         out = original(step)
-        if step == 4:                                  # last checkpoint after step 3
+        if step == 4:  # last checkpoint after step 3
             raise Crash("simulated node failure")
         return out
+
     broken.train_step = crash_after_4
     with pytest.raises(Crash):
         broken.fit()
     resumed = Trainer(cfg, RunInfo(run_dir=tmp_path))
     assert resumed.start_step == 4 and resumed.lr_schedule.last_epoch == 4
     resumed.fit()
-    assert _rows(tmp_path) == rows                                          # lr, losses and EMA evaluations
+    assert _rows(tmp_path) == rows  # lr, losses and EMA evaluations
     for name, avg in ref.ema.state_dict().items():
         assert torch.equal(resumed.ema.state_dict()[name], avg), name
     assert resumed.lr_schedule.state_dict() == ref.lr_schedule.state_dict()
@@ -124,5 +140,5 @@ def test_evaluating_the_ema_changes_the_scores_not_the_training(ema_reference, t
     ema, raw = _rows(ref_dir), _rows(tmp_path)
     assert [r for r in ema if "reward/mean" in r] == [r for r in raw if "reward/mean" in r]
     ema_evals, raw_evals = [r for r in ema if "eval/color/mean" in r], [r for r in raw if "eval/color/mean" in r]
-    assert ema_evals[0] == raw_evals[0]                                     # the EMA starts at the base weights
+    assert ema_evals[0] == raw_evals[0]  # the EMA starts at the base weights
     assert all(a["eval/color/mean"] != b["eval/color/mean"] for a, b in zip(ema_evals[1:], raw_evals[1:]))

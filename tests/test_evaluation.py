@@ -1,6 +1,7 @@
 """The held-out evaluation (docs/evaluation.md#tested-invariants): one ruler for every method (the base model scores
 bit-identically whatever the method and seed), evaluation never changes training, two runs evaluate identically,
 and a resumed run evaluates every point exactly once."""
+
 from __future__ import annotations
 
 import json
@@ -8,17 +9,16 @@ import re
 
 import pytest
 import torch
-
-from conftest import compose, group_options
 from hydra.errors import ConfigCompositionException
 
+from conftest import compose, group_options
 from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 
 # smoke scale (2 prompts x 2 generations, 6 sampling steps) with the demo's held-out evaluation every 2 steps
 SMOKE = ["experiment=smoke", "logger=none", "trainer.export=false", "eval.every=2", "eval.samples_per_prompt=1"]
-METHODS = group_options("method")          # every method option, the worked examples of docs/extending.md included
+METHODS = group_options("method")  # every method option, the worked examples of docs/extending.md included
 
 
 def rows(run_dir, kind):
@@ -45,7 +45,7 @@ def test_every_method_and_seed_evaluates_the_base_model_bit_identically(tmp_path
     (ref_scores, ref_grid), *_ = results.values()
     assert set(ref_scores) == {"eval/color/mean", "eval/color/std"} and 0 < ref_scores["eval/color/mean"] < 1
     for method, (scores, grid) in results.items():
-        assert scores == ref_scores, method              # float equality: bit-identical
+        assert scores == ref_scores, method  # float equality: bit-identical
         assert grid == ref_grid, method
 
 
@@ -76,10 +76,10 @@ def test_evaluation_does_not_change_training_and_is_deterministic(evaluated, tmp
 
     Trainer(compose(RUN), RunInfo(run_dir=tmp_path / "again")).fit()
     first, second = rows(run_dir, "eval"), rows(tmp_path / "again", "eval")
-    assert [r["step"] for r in first] == [0, 2, 4, 6]                 # step 0, every 2 steps, the end
-    assert first == second                                             # deterministic, bit for bit
+    assert [r["step"] for r in first] == [0, 2, 4, 6]  # step 0, every 2 steps, the end
+    assert first == second  # deterministic, bit for bit
     assert {"eval/color/mean", "eval/color/std", "eval/jpeg/mean", "eval/jpeg/std"} <= set(first[0])
-    assert first[-1]["eval/color/mean"] != first[0]["eval/color/mean"]   # the model did change
+    assert first[-1]["eval/color/mean"] != first[0]["eval/color/mean"]  # the model did change
     grids = sorted(p.name for p in (run_dir / "samples").glob("eval_*.png"))
     assert grids == ["eval_00000.png", "eval_00002.png", "eval_00004.png", "eval_00006.png"]
 
@@ -113,6 +113,7 @@ def test_a_resumed_run_evaluates_every_point_once(evaluated, tmp_path, when):
             if step == 4:
                 raise Crash("simulated node failure")
             return original(step, wallclock_s)
+
         broken.evaluator.maybe_run = crash
     else:
         original = broken.train_step
@@ -121,6 +122,7 @@ def test_a_resumed_run_evaluates_every_point_once(evaluated, tmp_path, when):
             if step == 4:
                 raise Crash("simulated node failure")
             return original(step)
+
         broken.train_step = crash
     with pytest.raises(Crash):
         broken.fit()
@@ -132,7 +134,7 @@ def test_a_resumed_run_evaluates_every_point_once(evaluated, tmp_path, when):
     resumed.fit()
     assert rows(tmp_path, "eval") == rows(ref_dir, "eval")
     assert rows(tmp_path, "train") == rows(ref_dir, "train")
-    Trainer(cfg, RunInfo(run_dir=tmp_path)).fit()                     # a finished run resumed: nothing to redo
+    Trainer(cfg, RunInfo(run_dir=tmp_path)).fit()  # a finished run resumed: nothing to redo
     assert [r["step"] for r in rows(tmp_path, "eval")] == [0, 2, 4, 6]
 
 
@@ -148,30 +150,36 @@ def test_the_split_holds_prompts_out_of_training_whether_or_not_evaluation_is_on
     assert train_on == train_off and len(train_on) == 5
     held_out = held_out_prompts(on)
     assert sorted(train_on + held_out) == sorted(data) and not set(train_on) & set(held_out)
-    assert held_out == held_out_prompts(compose([*common, "trainer.seed=3"]))    # the same for every seed
+    assert held_out == held_out_prompts(compose([*common, "trainer.seed=3"]))  # the same for every seed
     from launcher.data import PromptSource
     from launcher.data_config import DataConfig
+
     source = PromptSource(DataConfig(name="file", path=str(path)), seed=1, held_out=3)
-    assert sorted(source.batch(0, 5)) == sorted(train_on)        # one epoch of training sees exactly the rest
+    assert sorted(source.batch(0, 5)) == sorted(train_on)  # one epoch of training sees exactly the rest
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["eval.prompts=null", "eval.split=8"], "eval.split=8 holds out every one of the 8 data prompts"),
-    (["eval.split=2"], "eval.split: eval.prompts and eval.split=2 both choose"),
-    (["eval.prompts=null"], "eval.every: 25 evaluates held-out prompts, and none are set"),
-    (["eval.use_ema=true"], "eval.use_ema: true needs an EMA"),
-    (["trainer.export_ema=true"], "trainer.export_ema: true needs an EMA"),
-    (["trainer.ema_decay=1.0"], "trainer.ema_decay: must be in [0, 1)"),
-    (["eval.samples_per_prompt=0"], "eval.samples_per_prompt: must be >= 1"),
-    (["eval.sampling_steps=null"], "eval.sampling_steps: is not set and model=tiny_flux"),
-    (["eval.prompts=[a photo of a tree]"], "do not suit reward=color"),
-    (["+reward@eval.rewards.color=jpeg"], "eval.rewards.color: the name is the trained reward's"),
-    (["model=toy_gaussian", "reward=gaussian_tilt", "method=eam", "eval.guidance=2.0"],
-     "model=toy_gaussian has no guidance"),
-    (["optimizer.warmup_steps=5"], "has no effect with optimizer.scheduler=constant"),
-    (["optimizer.scheduler=warmup_constant"], "needs optimizer.warmup_steps >= 1"),
-    (["optimizer.scheduler=warmup_cosine", "optimizer.warmup_steps=150"], "leaves no step for the cosine"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["eval.prompts=null", "eval.split=8"], "eval.split=8 holds out every one of the 8 data prompts"),
+        (["eval.split=2"], "eval.split: eval.prompts and eval.split=2 both choose"),
+        (["eval.prompts=null"], "eval.every: 25 evaluates held-out prompts, and none are set"),
+        (["eval.use_ema=true"], "eval.use_ema: true needs an EMA"),
+        (["trainer.export_ema=true"], "trainer.export_ema: true needs an EMA"),
+        (["trainer.ema_decay=1.0"], "trainer.ema_decay: must be in [0, 1)"),
+        (["eval.samples_per_prompt=0"], "eval.samples_per_prompt: must be >= 1"),
+        (["eval.sampling_steps=null"], "eval.sampling_steps: is not set and model=tiny_flux"),
+        (["eval.prompts=[a photo of a tree]"], "do not suit reward=color"),
+        (["+reward@eval.rewards.color=jpeg"], "eval.rewards.color: the name is the trained reward's"),
+        (
+            ["model=toy_gaussian", "reward=gaussian_tilt", "method=eam", "eval.guidance=2.0"],
+            "model=toy_gaussian has no guidance",
+        ),
+        (["optimizer.warmup_steps=5"], "has no effect with optimizer.scheduler=constant"),
+        (["optimizer.scheduler=warmup_constant"], "needs optimizer.warmup_steps >= 1"),
+        (["optimizer.scheduler=warmup_cosine", "optimizer.warmup_steps=150"], "leaves no step for the cosine"),
+    ],
+)
 def test_bad_evaluation_ema_and_schedule_settings_are_config_errors(overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate(compose(overrides))
@@ -193,13 +201,14 @@ def test_a_multi_reward_evaluates_its_raw_weighted_sum_without_touching_training
     from rewards.multi_config import MultiRewardConfig
 
     color, jpeg = ColorReward(ColorRewardConfig()), JpegCompressibility(JpegRewardConfig())
-    reward = MultiReward(MultiRewardConfig(weights={"color": 1.0, "jpeg": 0.5}, normalize="running"),
-                         {"color": color, "jpeg": jpeg})
+    reward = MultiReward(
+        MultiRewardConfig(weights={"color": 1.0, "jpeg": 0.5}, normalize="running"), {"color": color, "jpeg": jpeg}
+    )
     images = torch.rand(3, 3, 16, 16, generator=torch.Generator().manual_seed(0))
     prompts = ["a red car", "a blue sky", "a white cat"]
     state = {k: v.clone() for k, v in reward.state_dict().items()}
     scores = reward.evaluate(images, prompts)
     expected = 1.0 * color.score(images, prompts) + 0.5 * jpeg.score(images, prompts)
     torch.testing.assert_close(scores, expected)
-    assert all(torch.equal(v, state[k]) for k, v in reward.state_dict().items())   # running statistics untouched
-    assert reward.step_metrics() == {}                                               # nothing logged for training
+    assert all(torch.equal(v, state[k]) for k, v in reward.state_dict().items())  # running statistics untouched
+    assert reward.step_metrics() == {}  # nothing logged for training

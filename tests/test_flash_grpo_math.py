@@ -1,6 +1,7 @@
 """Flash-GRPO math (docs/methods/flash_grpo.md#tested-invariants, items 6-12): lambda from real diffusers schedulers,
 the gradient identity, rectified gradients, loss algebra, clipping, advantages and scheduler hygiene. float64 where
 it matters."""
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ WAN20 = [
     (8, 817, 0.81781, 0.03247, 0.80343, 0.2404, 4.1596, 0.7444),
     (9, 785, 0.78534, 0.03572, 0.77153, 0.2649, 3.7754, 0.6757),
 ]
-WAN20_BEYOND = [0.2942, 0.3300, 0.3745, 0.4313, 0.5064, 0.6100, 0.7628, 1.0119, 1.4973, 2.9143]   # k = 10..19
+WAN20_BEYOND = [0.2942, 0.3300, 0.3745, 0.4313, 0.5064, 0.6100, 0.7628, 1.0119, 1.4973, 2.9143]  # k = 10..19
 
 
 def paper_wan_unipc(num_steps: int = N):
@@ -62,10 +63,17 @@ def test_wan20_lambda_table_from_unipc_to_four_decimals():
     for row in WAN20:
         i, tau, s, d, st, lm, inv, norm = row
         assert int(sched.timesteps[i]) == tau
-        got = (float(sigma[i]), float(delta[i]), float(g[i]), float(lam[i]), float(1 / lam[i]),
-               float(1 / lam[i]) / pool_mean)
-        for name, value, want in zip(("sigma", "Delta", "sigma_t", "lambda", "1/lambda", "normalised"), got,
-                                     (s, d, st, lm, inv, norm)):
+        got = (
+            float(sigma[i]),
+            float(delta[i]),
+            float(g[i]),
+            float(lam[i]),
+            float(1 / lam[i]),
+            float(1 / lam[i]) / pool_mean,
+        )
+        for name, value, want in zip(
+            ("sigma", "Delta", "sigma_t", "lambda", "1/lambda", "normalised"), got, (s, d, st, lm, inv, norm)
+        ):
             assert abs(value - want) < 5e-5, f"k={i} {name}: {value:.6f} vs the table's {want}"
     assert abs(pool_mean - 5.5877) < 5e-5
     assert abs(float(lam[9] / lam[0]) - 1.9805) < 5e-5
@@ -89,14 +97,16 @@ def test_lambda_equals_the_closed_forms():
     sde = wan_sde(N)
     k = torch.arange(N)
     t, d, c = sde.sigma(k), sde.sigma(k) - sde.sigmas[k + 1], sde.sigmas[1]
-    torch.testing.assert_close(rectification_factor(sde, k), d.sqrt() / (c * t) + c * d.sqrt() * (1 - t) / 2,
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        rectification_factor(sde, k), d.sqrt() / (c * t) + c * d.sqrt() * (1 - t) / 2, rtol=1e-12, atol=0
+    )
     a = 0.7
     sd3 = FlowSDEScheduler(sd3_euler(10).sigmas.double(), "flow", a)
     k = torch.arange(1, 10)
     t, d = sd3.sigma(k), sd3.sigma(k) - sd3.sigmas[k + 1]
-    torch.testing.assert_close(rectification_factor(sd3, k), torch.sqrt(d * (1 - t) / t) * (1 / a + a / 2),
-                               rtol=1e-12, atol=0)
+    torch.testing.assert_close(
+        rectification_factor(sd3, k), torch.sqrt(d * (1 - t) / t) * (1 / a + a / 2), rtol=1e-12, atol=0
+    )
 
 
 def test_other_schedules_of_spec_f9():
@@ -117,7 +127,7 @@ def test_scheduler_hygiene_wan():
     sde = FlowSDEScheduler(sched.sigmas.double(), "linear", 1.0)
     k = torch.arange(N)
     torch.testing.assert_close(sde.diffusion_coef(k), sde.sigmas[1] * sde.sigma(k), rtol=1e-15, atol=0)
-    assert not torch.allclose(sde.diffusion_coef(k), sde.sigmas[0] * sde.sigma(k))   # sigma_max is sigmas[1]
+    assert not torch.allclose(sde.diffusion_coef(k), sde.sigmas[0] * sde.sigma(k))  # sigma_max is sigmas[1]
 
 
 # ----------------------------------------------------------------------------------------------- invariant 6
@@ -157,10 +167,16 @@ def hand_rollout(method, ks, adv=None, log_ratio=None, seed=0):
     log_probs[torch.arange(b), idx] = out.log_prob - (0 if log_ratio is None else log_ratio)
     stochastic = torch.zeros(b, sde.num_steps, dtype=torch.bool)
     stochastic[torch.arange(b), idx] = True
-    ro = Rollout(prompts=["p"] * b, group_keys=list(range(b)), embeds=PromptEmbeds({"text": torch.zeros(b, 4)}),
-                 images=torch.zeros(b, 3, 4, 4), latents=latents, log_probs=log_probs,
-                 train_steps=method.select_train_steps(stochastic, None),
-                 advantages=torch.ones(b, dtype=torch.float64) if adv is None else adv.double())
+    ro = Rollout(
+        prompts=["p"] * b,
+        group_keys=list(range(b)),
+        embeds=PromptEmbeds({"text": torch.zeros(b, 4)}),
+        images=torch.zeros(b, 3, 4, 4),
+        latents=latents,
+        log_probs=log_probs,
+        train_steps=method.select_train_steps(stochastic, None),
+        advantages=torch.ones(b, dtype=torch.float64) if adv is None else adv.double(),
+    )
     ro.extras.update(sde_index=idx, inv_lambda=1 / rectification_factor(sde, idx))
     plan = method.update_plan(ro, torch.Generator().manual_seed(1))
     return ro, plan, xi[0]
@@ -177,14 +193,19 @@ def per_sample_grads(method, ro):
     return torch.stack(grads), torch.tensor(losses, dtype=torch.float64)
 
 
-WAN_OVERRIDES = ["noise_kernel=linear", "eta=1.0", "sampling_steps=20", "updates_per_rollout=1",
-                 "shuffle_samples=false", "update_batch=1"]
+WAN_OVERRIDES = [
+    "noise_kernel=linear",
+    "eta=1.0",
+    "sampling_steps=20",
+    "updates_per_rollout=1",
+    "shuffle_samples=false",
+    "update_batch=1",
+]
 
 
 def identity_method(monkeypatch, extra=()):
     bb = IdentityBackbone(dtype=torch.float64)
-    return flash_method(bb, [*WAN_OVERRIDES, *extra], sigmas=paper_wan_unipc().sigmas.double(),
-                        monkeypatch=monkeypatch)
+    return flash_method(bb, [*WAN_OVERRIDES, *extra], sigmas=paper_wan_unipc().sigmas.double(), monkeypatch=monkeypatch)
 
 
 # ----------------------------------------------------------------------------------------------- invariant 7
@@ -195,7 +216,7 @@ def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch, kernel):
     ro, _, xi = hand_rollout(method, ks)
     grads, _ = per_sample_grads(method, ro)
     inv = 1 / rectification_factor(method.sde, torch.tensor(ks))
-    expected = xi / (D * inv.mean())        # d loss / d theta = -w grad log pi = +xi / (D mean(1/lambda))
+    expected = xi / (D * inv.mean())  # d loss / d theta = -w grad log pi = +xi / (D mean(1/lambda))
     for k in ks:
         assert float((grads[k] - expected).abs().max()) < 1e-12, f"k={k}"
 
@@ -204,7 +225,7 @@ def test_rectified_per_sample_gradients_are_equal_across_k(monkeypatch, kernel):
     grads, _ = per_sample_grads(plain, ro)
     norms = grads.flatten(1).norm(dim=1)
     lam = rectification_factor(plain.sde, torch.tensor(ks))
-    torch.testing.assert_close(norms / norms[0], lam / lam[0], rtol=1e-10, atol=0)   # unrectified: ~ lambda(k)
+    torch.testing.assert_close(norms / norms[0], lam / lam[0], rtol=1e-10, atol=0)  # unrectified: ~ lambda(k)
 
 
 def test_rectification_evens_out_mlp_gradient_norms_across_timesteps(monkeypatch):
@@ -232,7 +253,7 @@ def test_rectification_evens_out_mlp_gradient_norms_across_timesteps(monkeypatch
     raw = np.array(medians)
     rect = raw / lam
     assert rect.max() / rect.min() < 1.3
-    assert raw.max() / raw.min() > 1.7 and np.argmax(raw) == 3       # lambda(9) / lambda(0) = 1.98
+    assert raw.max() / raw.min() > 1.7 and np.argmax(raw) == 3  # lambda(9) / lambda(0) = 1.98
 
 
 # ---------------------------------------------------------------------------------------------- invariant 10
@@ -241,8 +262,8 @@ def test_loss_is_minus_mean_weight_and_one_hot_ratio(monkeypatch):
     ro, plan, _ = hand_rollout(method, [0, 9, 9, 3, 5, 0, 7])
     assert len(plan) == 1
     w = ro.extras["weight"]
-    assert abs(float(w.mean()) - 1.0) < 1e-12                    # weights average to 1 over the update
-    _, losses = per_sample_grads(method, ro)                     # r = 1, A = 1: loss_i = -w_i
+    assert abs(float(w.mean()) - 1.0) < 1e-12  # weights average to 1 over the update
+    _, losses = per_sample_grads(method, ro)  # r = 1, A = 1: loss_i = -w_i
     torch.testing.assert_close(losses, -w, rtol=1e-12, atol=0)
     assert abs(float(losses.mean()) + 1.0) < 1e-12
 
@@ -285,9 +306,9 @@ def test_clipping_decisions_identical_with_and_without_rectification(monkeypatch
     binds = ((adv > 0) & (ratio > 1 + eps)) | ((adv < 0) & (ratio < 1 - eps))
     assert binds.any() and (clipped.bool() | ~binds).all()
     for i in range(24):
-        if binds[i]:          # the clip binds: zero gradient, with and without the weight
+        if binds[i]:  # the clip binds: zero gradient, with and without the weight
             assert grads[i].abs().max() == 0 and results[False][1][i].abs().max() == 0
-        else:                 # otherwise the weight only rescales the gradient
+        else:  # otherwise the weight only rescales the gradient
             torch.testing.assert_close(grads[i], w[i] * results[False][1][i], rtol=1e-12, atol=1e-18)
 
 
@@ -295,13 +316,18 @@ def test_clipping_decisions_identical_with_and_without_rectification(monkeypatch
 def test_advantages_keyed_by_group_id_with_global_std_and_clamp(monkeypatch):
     method = identity_method(monkeypatch, ["group_size=3", "prompts_per_step=3"])
     rewards = torch.tensor([1.0, 2.0, 6.0, 0.0, 0.5, 1.0, 3.0, 3.5, 2.0], dtype=torch.float64)
-    ro = Rollout(prompts=["a"] * 6 + ["b"] * 3, group_keys=[0, 0, 0, 1, 1, 1, 2, 2, 2],
-                 embeds=PromptEmbeds({"text": torch.zeros(9, 4)}), images=torch.zeros(9, 3, 4, 4), rewards=rewards)
+    ro = Rollout(
+        prompts=["a"] * 6 + ["b"] * 3,
+        group_keys=[0, 0, 0, 1, 1, 1, 2, 2, 2],
+        embeds=PromptEmbeds({"text": torch.zeros(9, 4)}),
+        images=torch.zeros(9, 3, 4, 4),
+        rewards=rewards,
+    )
     method.prepare_update(ro)
     adv = ro.advantages
     group_mean = rewards.view(3, 3).mean(1).repeat_interleave(3)
-    for grp in range(3):                      # the same prompt twice in a step is two groups (two k*)
-        assert abs(float(adv[3 * grp:3 * grp + 3].mean())) < 1e-12
+    for grp in range(3):  # the same prompt twice in a step is two groups (two k*)
+        assert abs(float(adv[3 * grp : 3 * grp + 3].mean())) < 1e-12
     torch.testing.assert_close(adv * (rewards.std(unbiased=False) + 1e-4), rewards - group_mean)
 
     clamp = identity_method(monkeypatch, ["group_size=3", "prompts_per_step=3", "adv_clip_max=0.5"])
@@ -310,5 +336,5 @@ def test_advantages_keyed_by_group_id_with_global_std_and_clamp(monkeypatch):
     clamp.prepare_update(ro2)
     raw = (ro2.rewards - ro2.rewards.mean()) / (ro2.rewards.std(unbiased=False) + 1e-4)
     assert float(raw.abs().max()) > 1.0 and float(ro2.advantages.abs().max()) == 0.5
-    _, losses = per_sample_grads(clamp, ro2)           # r = 1: the loss is -w clamp(A), clamped before weighting
+    _, losses = per_sample_grads(clamp, ro2)  # r = 1: the loss is -w clamp(A), clamped before weighting
     torch.testing.assert_close(losses, -ro2.extras["weight"] * raw.clamp(-0.5, 0.5), rtol=1e-12, atol=0)

@@ -1,6 +1,7 @@
 """scripts/gpu_check.py: rehearsed on the CPU in a Python environment like the GPU machine's (so a missing wheel or
 an unguarded import fails here, not during the rare minutes on a GPU), its time guard, its JSON lines and its FLOP
 counting."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,15 +21,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from families import NAMES as TWIN_NAMES  # noqa: E402
 from gpu_measure import guard  # noqa: E402
 from gpu_measure.record import Recorder, summary_table  # noqa: E402
 from gpu_measure.timing import measure_pass  # noqa: E402
 
-from families import NAMES as TWIN_NAMES  # noqa: E402
-
-SECTIONS = ("ceilings", "families", "fsdp", "vae", "reward_tower", "bench_jagg", "bench_flash", "bench_eam",
-            "compile")
-FAMILY_NAMES = tuple(twin.removeprefix("tiny_") for twin in TWIN_NAMES)   # every family a model option selects
+SECTIONS = ("ceilings", "families", "fsdp", "vae", "reward_tower", "bench_jagg", "bench_flash", "bench_eam", "compile")
+FAMILY_NAMES = tuple(twin.removeprefix("tiny_") for twin in TWIN_NAMES)  # every family a model option selects
 
 
 def _positive(x) -> bool:
@@ -39,8 +38,12 @@ def _gpu_like_env(venv_bin: Path, site: Path, cache: Path) -> dict:
     """The environment of the device command: the rehearsal venv's python3 first on PATH, nothing of this
     machine's venv or user site, a fresh twin cache (the GPU machine has none)."""
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "OUT")}
-    env.update(PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}", PYTHONNOUSERSITE="1", GPU_SITE=str(site),
-               REWARDFLOW_CACHE=str(cache))
+    env.update(
+        PATH=f"{venv_bin}{os.pathsep}{env.get('PATH', '')}",
+        PYTHONNOUSERSITE="1",
+        GPU_SITE=str(site),
+        REWARDFLOW_CACHE=str(cache),
+    )
     return env
 
 
@@ -73,18 +76,24 @@ def test_rehearsal_on_a_python_like_the_gpu_machines(tmp_path):
     assert "of the 64 MiB that travel" in built.stdout
     wheels = sorted((ROOT / ".whl").glob("*.whl"))
     names = [gpu_machine_env.normalize(w.name.split("-")[0]) for w in wheels]
-    assert wheels and len(names) == len(set(names)), names                      # one version of each
-    assert not set(names) & set(gpu_machine_env.machine_packages()), names      # nothing the machine has
+    assert wheels and len(names) == len(set(names)), names  # one version of each
+    assert not set(names) & set(gpu_machine_env.machine_packages()), names  # nothing the machine has
 
     venv = gpu_machine_env.build(tmp_path / "venv")
     print("rehearsal venv deviates from the GPU machine in:", venv.deviations)
     env = _gpu_like_env(venv.python.parent, tmp_path / "site", tmp_path / "twins")
     bare = subprocess.run([str(venv.python), "-c", "import diffusers"], env=env, capture_output=True, text=True)
-    assert bare.returncode != 0 and "diffusers" in bare.stderr                  # only the wheels bring it
+    assert bare.returncode != 0 and "diffusers" in bare.stderr  # only the wheels bring it
 
     out = tmp_path / "out"
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_run.sh"), "--cpu-smoke", "--out", str(out)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu_run.sh"), "--cpu-smoke", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     _assert_smoke_run(out, proc.stdout, venv, tmp_path / "site")
     print(f"rehearsal: {time.monotonic() - t0:.0f} s (wheels, venv, smoke run)")
@@ -110,8 +119,11 @@ def _assert_smoke_run(out: Path, stdout: str, venv, site: Path) -> None:
     assert by_label[("ceilings", "copy host<->device pinned")]["status"] == "skipped"
 
     for name in FAMILY_NAMES:
-        rows = {(x["batch"], x["pass"], x["checkpointing"]): x for x in lines
-                if x["section"] == "families" and x.get("family") == name and "pass" in x}
+        rows = {
+            (x["batch"], x["pass"], x["checkpointing"]): x
+            for x in lines
+            if x["section"] == "families" and x.get("family") == name and "pass" in x
+        }
         assert len(rows) == 6 and all(r["status"] == "ok" for r in rows.values()), (name, rows)
         for r in rows.values():
             assert _positive(r["seconds"]) and _positive(r["executed_tflop"]) and _positive(r["mfu"]), r
@@ -120,12 +132,15 @@ def _assert_smoke_run(out: Path, stdout: str, venv, site: Path) -> None:
         assert fwd2["executed_tflop"] == pytest.approx(2 * fwd1["executed_tflop"], rel=0.01)
         for batch in (1, 2):
             ckpt, plain = rows[(batch, "fwd_bwd", True)], rows[(batch, "fwd_bwd", False)]
-            assert ckpt["executed_tflop"] > plain["executed_tflop"]              # the recomputed forward
-            assert ckpt["model_tflop"] == pytest.approx(plain["model_tflop"], rel=1e-9)   # rows scale FLOPs
+            assert ckpt["executed_tflop"] > plain["executed_tflop"]  # the recomputed forward
+            assert ckpt["model_tflop"] == pytest.approx(plain["model_tflop"], rel=1e-9)  # rows scale FLOPs
 
     fsdp = [x for x in lines if x["section"] == "fsdp" and x["label"] != "section"]
-    assert [x["label"] for x in fsdp] == ["flux b1 fwd+bwd plain", "flux b1 fwd+bwd fsdp reshard on",
-                                          "flux b1 fwd+bwd fsdp reshard off"]
+    assert [x["label"] for x in fsdp] == [
+        "flux b1 fwd+bwd plain",
+        "flux b1 fwd+bwd fsdp reshard on",
+        "flux b1 fwd+bwd fsdp reshard off",
+    ]
     assert all(x["status"] == "ok" and x["out_finite"] and x["backend"] == "gloo" for x in fsdp)
     assert all(_positive(x["ratio_to_plain"]) for x in fsdp[1:])
 
@@ -139,7 +154,7 @@ def _assert_smoke_run(out: Path, stdout: str, venv, site: Path) -> None:
     assert jagg["bwd_count_ratio"] == pytest.approx(0.7) and jagg["config"]["device"] == "cpu"
     assert _positive(jagg["update_time_ratio"])
     flash = by_label[("bench_flash", "Flash-GRPO / Flow-GRPO update time")]["result"]
-    assert flash["bwd_count_ratio_vs_flow_grpo"] == pytest.approx(1 / 5)          # 6 steps: Flow-GRPO trains 5
+    assert flash["bwd_count_ratio_vs_flow_grpo"] == pytest.approx(1 / 5)  # 6 steps: Flow-GRPO trains 5
     eam = by_label[("bench_eam", "AM / EAM iteration time")]["result"]
     assert eam["nfe_ratio_am_over_eam"] == pytest.approx(161 / 19, rel=1e-3)
     for bench in ("bench_jagg", "bench_flash", "bench_eam"):
@@ -148,7 +163,7 @@ def _assert_smoke_run(out: Path, stdout: str, venv, site: Path) -> None:
     compiled = by_label[("compile", "flux 1+1 blocks b2 fwd+bwd compiled")]
     assert compiled["backend"] == "aot_eager" and compiled["rel_diff_vs_eager"] < 2e-2
     assert _positive(compiled["speedup"]) and _positive(compiled["compile_s"])
-    table = stdout[stdout.index("\nsection "):]                          # the summary table, last
+    table = stdout[stdout.index("\nsection ") :]  # the summary table, last
     assert all(x["label"] in table for x in lines if x["section"] == "families")
 
 
@@ -173,7 +188,7 @@ def test_the_gpu_sizes_run_on_the_meta_device():
         flops = {}
         for batch in (1, GPU.batched[name]):
             shape = dataclasses.replace(fam.shape, rows=fam.shape.rows * batch)
-            inputs = fam.call_inputs(fam.config, shape, meta, torch.float32)      # autocast has no meta device
+            inputs = fam.call_inputs(fam.config, shape, meta, torch.float32)  # autocast has no meta device
             counter = FlopCounterMode(display=False)
             with counter:
                 out = model(**inputs, return_dict=False)[0]
@@ -190,7 +205,7 @@ def test_the_gpu_sizes_run_on_the_meta_device():
 
 
 def test_deadline_stops_a_block_and_nested_deadlines_hand_the_stop_outwards():
-    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]   # pytest-timeout's
+    handler, timer = signal.getsignal(signal.SIGALRM), signal.getitimer(signal.ITIMER_REAL)[0]  # pytest-timeout's
     t0 = time.monotonic()
     with guard.Deadline(0.2) as d:
         while True:
@@ -204,27 +219,28 @@ def test_deadline_stops_a_block_and_nested_deadlines_hand_the_stop_outwards():
     with guard.Deadline(5) as quick:
         pass
     assert not quick.expired
-    time.sleep(0.05)                   # the alarm was disarmed: nothing fires later
-    assert signal.getsignal(signal.SIGALRM) is handler                 # what was there before is back
+    time.sleep(0.05)  # the alarm was disarmed: nothing fires later
+    assert signal.getsignal(signal.SIGALRM) is handler  # what was there before is back
     assert (signal.getitimer(signal.ITIMER_REAL)[0] > 0) == (timer > 0)
 
 
 def test_runner_skips_short_shares_gives_unused_time_on_and_records_errors():
     start = time.monotonic()
-    runner = guard.SectionRunner(guard.MARGIN_S + 20, ["a", "b", "c"], {"a": 1, "b": 1, "c": 1},
-                                 {"a": 0, "b": 0, "c": 15}, start=start)
+    runner = guard.SectionRunner(
+        guard.MARGIN_S + 20, ["a", "b", "c"], {"a": 1, "b": 1, "c": 1}, {"a": 0, "b": 0, "c": 15}, start=start
+    )
     assert runner.share("a") == pytest.approx(20 / 3, abs=0.5)
     seen = {}
     a = runner.run("a", lambda share: seen.update(a=share))
     assert a["status"] == "ok" and seen["a"] == pytest.approx(20 / 3, abs=0.5)
-    assert runner.share("b") == pytest.approx(10, abs=0.5)       # a's unused time is shared by b and c
+    assert runner.share("b") == pytest.approx(10, abs=0.5)  # a's unused time is shared by b and c
 
     def fail(share):
         raise RuntimeError("boom")
 
     b = runner.run("b", fail)
     assert b["status"] == "error" and "boom" in b["error"]
-    c = runner.run("c", lambda share: None)          # ~20 s left, all c's: above its 15 s minimum
+    c = runner.run("c", lambda share: None)  # ~20 s left, all c's: above its 15 s minimum
     assert c["status"] == "ok" and c["allowance_s"] >= 15
 
     late = guard.SectionRunner(guard.MARGIN_S + 1, ["x"], {"x": 1}, {"x": 5}, start=start)
@@ -243,7 +259,7 @@ def test_runner_skips_short_shares_gives_unused_time_on_and_records_errors():
 def test_recorder_writes_each_line_at_once_as_strict_json_and_the_table_shows_it(tmp_path):
     rec = Recorder(tmp_path, time.monotonic(), echo=lambda msg: None)
     rec.write("families", "flux b1 fwd", seconds=0.25, tflops=412.5, mfu=0.52, peak_gib=61.0, value="412 TFLOP/s")
-    assert json.loads((tmp_path / "gpu_check.jsonl").read_text())["tflops"] == 412.5   # on disk before the next
+    assert json.loads((tmp_path / "gpu_check.jsonl").read_text())["tflops"] == 412.5  # on disk before the next
     rec.write("fsdp", "flux b1 fwd+bwd plain", status="oom", error="CUDA out of memory", seconds=float("nan"))
     lines = [json.loads(x) for x in (tmp_path / "gpu_check.jsonl").read_text().splitlines()]
     assert lines[1]["seconds"] is None and lines[1]["status"] == "oom" and lines == rec.lines
@@ -261,8 +277,9 @@ def test_measure_pass_counts_the_flops_of_what_it_times():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message printed without CUDA")
 def test_without_cuda_it_stops_with_one_line():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--out", "/dev/null"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", "/dev/null"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "no CUDA device" in lines[0] and "--cpu-smoke" in lines[0]

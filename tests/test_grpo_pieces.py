@@ -1,5 +1,6 @@
 """docs/methods/grpo_baselines.md#tested-invariants, items 4-7: clip masks, both advantage definitions, the Fast
 window, KL."""
+
 from __future__ import annotations
 
 import torch
@@ -19,11 +20,11 @@ def test_group_advantages_match_dancegrpo_definition():
     keys = [k for k in range(3) for _ in range(4)]
     adv = compute_advantages(r, keys, "group", clip=5.0).values
     for k in range(3):
-        grp = r[4 * k:4 * k + 4]
-        ref = (grp - grp.mean()) / (grp.std() + 1e-8)          # torch .std(): unbiased, as DanceGRPO
-        torch.testing.assert_close(adv[4 * k:4 * k + 4], ref)
-        assert abs(float(adv[4 * k:4 * k + 4].mean())) < 1e-12
-        assert abs(float(adv[4 * k:4 * k + 4].std()) - 1) < 1e-6
+        grp = r[4 * k : 4 * k + 4]
+        ref = (grp - grp.mean()) / (grp.std() + 1e-8)  # torch .std(): unbiased, as DanceGRPO
+        torch.testing.assert_close(adv[4 * k : 4 * k + 4], ref)
+        assert abs(float(adv[4 * k : 4 * k + 4].mean())) < 1e-12
+        assert abs(float(adv[4 * k : 4 * k + 4].std()) - 1) < 1e-6
     const = compute_advantages(torch.full((4,), 0.3, dtype=torch.float64), [0] * 4, "group")
     assert torch.equal(const.values, torch.zeros(4, dtype=torch.float64)) and const.zero_std_frac == 1.0
 
@@ -55,9 +56,9 @@ def test_clip_masks_zero_the_gradient_outside_the_band():
     adv = torch.tensor([1.0, 1.0, 1.0, -1.0, -1.0, 1.0], dtype=torch.float64)
     loss, stats = ppo_clip_loss(logp, torch.zeros(6, dtype=torch.float64), adv, eps)
     (grad,) = torch.autograd.grad(loss.sum(), logp)
-    assert grad[1] == 0      # A > 0, rho > 1 + eps
-    assert grad[4] == 0      # A < 0, rho < 1 - eps
-    for k in (0, 2, 3, 5):   # inside the band or on the side the clip does not bind: -A rho
+    assert grad[1] == 0  # A > 0, rho > 1 + eps
+    assert grad[4] == 0  # A < 0, rho < 1 - eps
+    for k in (0, 2, 3, 5):  # inside the band or on the side the clip does not bind: -A rho
         torch.testing.assert_close(grad[k], -adv[k] * torch.exp(logp[k].detach()))
     assert stats["clipped"].tolist() == [0, 1, 1, 1, 1, 0]
 
@@ -72,9 +73,10 @@ def test_kl_is_zero_for_equal_policies_and_positive_otherwise():
 
 
 def fast(window_size=2, window_range=(0, 5), n=10):
-    cfg = FlowGRPOFastConfig(window_size=window_size, window_range=list(window_range), sampling_steps=n,
-                             schedule=Schedule.linear_shift)
-    return FlowGRPOFast(cfg, None)     # the linear_shift grid needs no model
+    cfg = FlowGRPOFastConfig(
+        window_size=window_size, window_range=list(window_range), sampling_steps=n, schedule=Schedule.linear_shift
+    )
+    return FlowGRPOFast(cfg, None)  # the linear_shift grid needs no model
 
 
 def test_fast_window_start_range_and_trained_steps():
@@ -83,11 +85,11 @@ def test_fast_window_start_range_and_trained_steps():
     for s in range(200):
         mask = m.stochastic_steps(4, torch.Generator().manual_seed(s))
         cols = mask[0].nonzero().flatten()
-        assert (mask == mask[0]).all()                     # one window for the whole sampling batch
+        assert (mask == mask[0]).all()  # one window for the whole sampling batch
         assert len(cols) == 3 and cols.tolist() == list(range(int(cols[0]), int(cols[0]) + 3))
         starts.add(int(cols[0]))
         assert m.select_train_steps(mask, None).tolist() == [cols.tolist()] * 4
-    assert starts == {1, 2, 3}                              # start in [lo, hi - size]
+    assert starts == {1, 2, 3}  # start in [lo, hi - size]
 
 
 def test_fast_window_size_zero_is_full_sde_but_last():
@@ -106,8 +108,9 @@ def test_steps_outside_window_equal_euler():
         v = torch.randn(3, 5)
         out = sde.step(x, v, torch.full((3,), i), stochastic=mask[:, i])
         if not mask[0, i]:
-            torch.testing.assert_close(out.prev_sample, x + (sde.sigmas[i + 1] - sde.sigmas[i]).float() * v,
-                                       rtol=0, atol=1e-6)
+            torch.testing.assert_close(
+                out.prev_sample, x + (sde.sigmas[i + 1] - sde.sigmas[i]).float() * v, rtol=0, atol=1e-6
+            )
             assert out.std.eq(0).all()
         x = out.prev_sample
 
@@ -119,7 +122,7 @@ def test_video_rewards_score_frames_and_reduce():
 
     reward = ColorReward(ColorRewardConfig(frame_reduce=FrameReduce.topk_mean, frame_topk_frac=0.5))
     video = torch.zeros(2, 4, 3, 8, 8)
-    video[:, :2, 0] = 1.0                                   # first two frames pure red
+    video[:, :2, 0] = 1.0  # first two frames pure red
     frames = ColorReward(ColorRewardConfig())(video.flatten(0, 1), ["a red car"] * 8).view(2, 4)
     torch.testing.assert_close(reward(video, ["a red car"] * 2), frames.topk(2, 1).values.mean(1))
     torch.testing.assert_close(ColorReward(ColorRewardConfig())(video, ["a red car"] * 2), frames.mean(1))

@@ -1,5 +1,6 @@
 """The installation guard (launcher/installation.py): rewardflow's generic top-level packages must come from one
 installation, and Hydra finds the configs through the config package."""
+
 from __future__ import annotations
 
 import importlib.resources
@@ -29,8 +30,9 @@ def test_configs_come_from_the_config_package():
     assert installation.config_path() == f"pkg://{installation.CONFIG_PACKAGE}"
     tree = importlib.resources.files(installation.CONFIG_PACKAGE)
     assert (tree / "train.yaml").read_text() == (CONF / "train.yaml").read_text()
-    assert sorted(p.name for p in tree.iterdir() if p.is_dir() and p.name != "__pycache__") == \
-        sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert sorted(p.name for p in tree.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        p.name for p in CONF.iterdir() if p.is_dir() and p.name != "__pycache__"
+    )
 
 
 def test_a_package_shadowed_by_another_folder_is_named_with_both_paths(tmp_path, monkeypatch):
@@ -40,7 +42,7 @@ def test_a_package_shadowed_by_another_folder_is_named_with_both_paths(tmp_path,
     monkeypatch.syspath_prepend(str(ours))
     assert installation.problem(root=ours, packages=("rf_probe_pkg",)) is None
 
-    monkeypatch.syspath_prepend(str(theirs))   # now first on sys.path
+    monkeypatch.syspath_prepend(str(theirs))  # now first on sys.path
     message = installation.problem(root=ours, packages=("rf_probe_pkg",))
     assert "`rf_probe_pkg`" in message
     assert str(theirs / "rf_probe_pkg" / "__init__.py") in message
@@ -72,11 +74,12 @@ def test_the_command_stops_when_a_package_is_shadowed(where, tmp_path):
         env["PYTHONPATH"] = str(tmp_path / "other_project")
         cwd = tmp_path
     else:
-        cwd = tmp_path / "other_project"      # `python -m` puts the working directory first on sys.path
-    proc = subprocess.run([*rewardflow_cmd(), "--cfg", "job"], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=120)
+        cwd = tmp_path / "other_project"  # `python -m` puts the working directory first on sys.path
+    proc = subprocess.run(
+        [*rewardflow_cmd(), "--cfg", "job"], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2, proc.stderr
-    assert proc.stdout == ""                  # no config printed: it stopped first
+    assert proc.stdout == ""  # no config printed: it stopped first
     assert "Traceback" not in proc.stderr
     assert proc.stderr.startswith("rewardflow: the module `methods` is imported from ")
     assert str(fake) in proc.stderr and str(ROOT / "methods" / "__init__.py") in proc.stderr

@@ -4,6 +4,7 @@ The two endpoints of a JAGG group run as one batched forward, so its single back
 exactly once; an exact group of W steps all-gathers each block W times in backward. The sharded JAGG gradient equals
 the single-process one, and the diagnostic mode's cosine works on sharded (DTensor) gradients.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -18,7 +19,7 @@ from dist_utils import run_distributed
 pytestmark = pytest.mark.slow
 
 W = 4
-SAMPLES = 4                 # 2 per rank
+SAMPLES = 4  # 2 per rank
 
 
 def _build(method_cfg, model_cfg):
@@ -60,6 +61,7 @@ def _count_all_gathers():
         if not pending and self._all_gather_result is not None:
             phase = "backward" if self._training_state == TrainingState.PRE_BACKWARD else "forward"
             counts[(self._module_fqn or "root", phase)] += 1
+
     FSDPParamGroup.unshard = unshard
     return counts
 
@@ -71,7 +73,7 @@ def _sharded(rank, world, method_cfg, model_cfg, rollout):
     method.backbone.parallelize(init_device_mesh("cpu", (world,)))
     net = method.backbone.transformer
     counts = _count_all_gathers()
-    mine = torch.arange(SAMPLES)[rank::world]                  # each rank trains its half of the micro-batch
+    mine = torch.arange(SAMPLES)[rank::world]  # each rank trains its half of the micro-batch
     results = {}
     for name, route in (("jagg", method.jagg_group_backward), ("exact", method.exact_group_backward)):
         counts.clear()
@@ -86,7 +88,7 @@ def _sharded(rank, world, method_cfg, model_cfg, rollout):
 
 def test_one_all_gather_per_block_in_a_jagg_backward_and_the_sharded_gradient_matches():
     old = torch.get_num_threads()
-    torch.set_num_threads(1)                                   # as the ranks (tiny model, shared CPU)
+    torch.set_num_threads(1)  # as the ranks (tiny model, shared CPU)
     try:
         _check_jagg_under_fsdp()
     finally:
@@ -113,13 +115,15 @@ def _check_jagg_under_fsdp():
     single_diag = method.step_metrics()
 
     ranks = run_distributed(_sharded, 2, method_cfg, model_cfg, rollout)
-    n_blocks = len(method.backbone.transformer.transformer_blocks) + len(method.backbone.transformer.single_transformer_blocks)
+    n_blocks = len(method.backbone.transformer.transformer_blocks) + len(
+        method.backbone.transformer.single_transformer_blocks
+    )
     for res in ranks:
         jagg, exact = res["jagg"]["counts"], res["exact"]["counts"]
         blocks = sorted({fqn for fqn, _ in jagg if "blocks." in fqn})
         assert len(blocks) == n_blocks
-        assert all(jagg[(b, "backward")] == 1 for b in blocks), jagg        # one backward visit per block
-        assert all(jagg[(b, "forward")] == W - 1 for b in blocks), jagg     # endpoint batch + W - 2 intermediates
+        assert all(jagg[(b, "backward")] == 1 for b in blocks), jagg  # one backward visit per block
+        assert all(jagg[(b, "forward")] == W - 1 for b in blocks), jagg  # endpoint batch + W - 2 intermediates
         assert all(exact[(b, "backward")] == W for b in blocks), exact
         assert all(exact[(b, "forward")] == W for b in blocks), exact
         assert res["jagg"]["grads"].keys() == single.keys()

@@ -1,5 +1,6 @@
 """JAGG's math in float64 on toy velocity models (docs/methods/jagg.md#tested-invariants, items 1-6, 9-11), through
 the real method code."""
+
 from __future__ import annotations
 
 import copy
@@ -17,7 +18,7 @@ D = 6
 
 
 # -------------------------------------------------------------------------------- invariants 1-2: upstream gradients
-CPS = {"noise_kernel": "cps", "eta": 0.8}       # Flow-GRPO's coefficient-preserving step (docs/cps.md)
+CPS = {"noise_kernel": "cps", "eta": 0.8}  # Flow-GRPO's coefficient-preserving step (docs/cps.md)
 
 
 @pytest.mark.parametrize("kernel", [{}, CPS], ids=["dance", "cps"])
@@ -32,7 +33,7 @@ def test_upstream_gradients_match_the_closed_form_and_the_clip_masks(kernel):
     # 4: A > 0, rho < 1 - eps and 5: A < 0, rho > 1 + eps (the clip does not bind: s = -A rho dl/dv)
     rollout.advantages = torch.tensor([1.0, -0.5, 1.0, -1.0, 2.0, -2.0], dtype=F64)
     shift = torch.tensor([0.0, 0.0, -3 * eps, 3 * eps, 3 * eps, -3 * eps], dtype=F64)
-    rollout.log_probs = rollout.log_probs + shift[:, None]          # rho = exp(-shift) at every step
+    rollout.log_probs = rollout.log_probs + shift[:, None]  # rho = exp(-shift) at every step
     samples, steps = torch.arange(6), rollout.train_steps[:, :4]
     velocities = [method.velocity_at(rollout, samples, steps[:, j]).detach() for j in range(4)]
     norm = 7
@@ -55,7 +56,7 @@ def test_upstream_gradients_match_the_closed_form_and_the_clip_masks(kernel):
 def test_t_weights_on_the_paper_schedule_and_aggregation_algebra():
     sigmas = linear_shift_sigmas(21, 3.0)
     for g in range(5):
-        alpha = time_weights(sigmas[4 * g:4 * g + 4, None])[:, 0]
+        alpha = time_weights(sigmas[4 * g : 4 * g + 4, None])[:, 0]
         assert alpha[0] == 0 and alpha[-1] == 1 and (alpha.diff() > 0).all() and ((alpha >= 0) & (alpha <= 1)).all()
         # not index weights on a shifted schedule (docs/methods/jagg.md#one-jagg-group: ~[0, .31, .64, 1] ...
         # [0, .29, .62, 1])
@@ -88,7 +89,7 @@ def test_theorem1_affine_model_with_states_on_the_t_weighted_line(off_policy, ke
     kernel only changes the s_j, not the Jacobians JAGG interpolates, so CPS keeps the theorem."""
     net = Affine(D)
     old = None
-    if off_policy:   # rho != 1 and some clipped rows: s_j carries the current ratios and masks, still exact
+    if off_policy:  # rho != 1 and some clipped rows: s_j carries the current ratios and masks, still exact
         old = copy.deepcopy(net)
         with torch.no_grad():
             old.c.add_(0.02 * torch.randn(D, dtype=F64, generator=torch.Generator().manual_seed(5)))
@@ -125,7 +126,7 @@ def test_normalisation_parity_over_accumulated_micro_batches_and_an_optimizer_st
         opt.zero_grad(set_to_none=True)
         for mb in (torch.tensor([0, 1]), torch.tensor([2, 3])):
             if exact:
-                super(JAGG, method).backward(rollout, mb, 4)                # the baseline's backward
+                super(JAGG, method).backward(rollout, mb, 4)  # the baseline's backward
             else:
                 method.backward(rollout, mb, 4)
         opt.step()
@@ -150,9 +151,9 @@ def test_jagg_beats_the_endpoints_only_ablation_on_an_mlp():
 def test_routing_g5_jagg_frac_06_gives_groups_0_to_2():
     lay = GroupLayout(num_steps=20, window=4, jagg_frac=0.6)
     assert lay.num_groups == 5 and [g for g in range(5) if lay.is_jagg(g)] == [0, 1, 2]
-    assert lay.backward_rows_per_sample() == 14                       # 3 x 2 + 2 x 4: 30% fewer than 20
+    assert lay.backward_rows_per_sample() == 14  # 3 x 2 + 2 x 4: 30% fewer than 20
     assert GroupLayout(20, 4, 0.0).num_jagg == 0 and GroupLayout(20, 4, 1.0).num_jagg == 5
-    assert GroupLayout(200, 2, 0.29).num_jagg == 29                    # floor, robust to 0.29 x 100 = 28.99999...
+    assert GroupLayout(200, 2, 0.29).num_jagg == 29  # floor, robust to 0.29 x 100 = 28.99999...
     tail = GroupLayout(9, 4, 0.6)
     assert (tail.num_groups, tail.tail, tail.num_jagg) == (2, 1, 1)
     with pytest.raises(ValueError):
@@ -160,7 +161,7 @@ def test_routing_g5_jagg_frac_06_gives_groups_0_to_2():
 
 
 def test_group_assignment_keeps_order_and_subsamples_whole_groups():
-    trainable = torch.arange(10, 30).expand(3, -1)                      # M = 20 trainable steps 10..29
+    trainable = torch.arange(10, 30).expand(3, -1)  # M = 20 trainable steps 10..29
     lay = GroupLayout(20, 4, 0.6)
     full = lay.assign(trainable)
     assert torch.equal(full.steps, trainable) and full.groups == (0, 1, 2, 3, 4)
@@ -168,13 +169,13 @@ def test_group_assignment_keeps_order_and_subsamples_whole_groups():
     seen = set()
     for seed in range(30):
         chosen = lay.choose_groups(0.4, torch.Generator().manual_seed(seed))
-        assert len(chosen) == 2 and list(chosen) == sorted(set(chosen))   # floor(0.4 x 5) whole groups, in order
+        assert len(chosen) == 2 and list(chosen) == sorted(set(chosen))  # floor(0.4 x 5) whole groups, in order
         seen.add(chosen)
         part = lay.assign(trainable, chosen)
         assert part.slot_sizes == (4, 4) and part.groups == chosen
         expected = torch.cat([torch.arange(10 + 4 * g, 14 + 4 * g) for g in chosen])
         assert all(torch.equal(row, expected) for row in part.steps)
     assert len(seen) > 5
-    assert lay.choose_groups(0.01) == (0,) or len(lay.choose_groups(0.01)) == 1    # at least one group
+    assert lay.choose_groups(0.01) == (0,) or len(lay.choose_groups(0.01)) == 1  # at least one group
     tail = GroupLayout(9, 4, 0.6).assign(torch.arange(9).expand(2, -1))
     assert tail.slot_sizes == (4, 4, 1) and tail.groups == (0, 1, 2)

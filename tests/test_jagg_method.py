@@ -1,6 +1,7 @@
 """method=jagg on the tiny FLUX twin: pass counts on the model, parity with the baseline's backward, logged loss,
 diagnostics, config validation (docs/methods/jagg.md#tested-invariants, items 7-9;
 docs/methods/jagg.md#diagnostic-mode)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,7 +15,7 @@ from methods.jagg import JAGG
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
 
-M_ROWS = 3   # samples per micro-batch
+M_ROWS = 3  # samples per micro-batch
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -33,8 +34,15 @@ def backbone(one_thread):
 
 
 def jagg(backbone, *overrides, steps=9):
-    cfg = compose(["method=jagg", f"method.sampling_steps={steps}", f"method.group_size={M_ROWS}",
-                   "method.prompts_per_step=1", *overrides]).method
+    cfg = compose(
+        [
+            "method=jagg",
+            f"method.sampling_steps={steps}",
+            f"method.group_size={M_ROWS}",
+            "method.prompts_per_step=1",
+            *overrides,
+        ]
+    ).method
     return JAGG(OmegaConf.to_object(cfg), backbone)
 
 
@@ -55,18 +63,19 @@ def grads_after(method, fn):
 
 # ------------------------------------------------------------------------------- invariant 7: pass counts
 def test_two_backward_rows_per_sample_per_jagg_group_and_w_per_exact_group(backbone, monkeypatch):
-    method = jagg(backbone)                              # 9 steps: 8 trained = 2 groups of 4, group 0 JAGG
+    method = jagg(backbone)  # 9 steps: 8 trained = 2 groups of 4, group 0 JAGG
     rollout = rollout_of(method)
     counter = NFECounter(backbone.transformer_modules())
     samples, steps, m = torch.arange(M_ROWS), rollout.train_steps, M_ROWS
     inside = []
     original = method.upstream_gradients
 
-    def watched(*args, **kwargs):                        # no transformer backward while computing the s_j
+    def watched(*args, **kwargs):  # no transformer backward while computing the s_j
         before = counter.snapshot()
         out = original(*args, **kwargs)
         inside.append(counter.snapshot()[1] - before[1])
         return out
+
     monkeypatch.setattr(method, "upstream_gradients", watched)
 
     def delta(fn):
@@ -76,15 +85,15 @@ def test_two_backward_rows_per_sample_per_jagg_group_and_w_per_exact_group(backb
         return f1 - f0, b1 - b0
 
     args = (rollout, samples, steps[:, 0:4], m * 8, {}, 1 / 8)
-    assert delta(lambda: method.jagg_group_backward(*args)) == (4 * m, 2 * m)      # W forwards, 2 backwards
-    assert delta(lambda: method.exact_group_backward(*args)) == (4 * m, 4 * m)     # W forwards, W backwards
-    assert delta(lambda: method.backward(rollout, samples, m)) == (8 * m, 6 * m)    # 2 + 4 of 8
+    assert delta(lambda: method.jagg_group_backward(*args)) == (4 * m, 2 * m)  # W forwards, 2 backwards
+    assert delta(lambda: method.exact_group_backward(*args)) == (4 * m, 4 * m)  # W forwards, W backwards
+    assert delta(lambda: method.backward(rollout, samples, m)) == (8 * m, 6 * m)  # 2 + 4 of 8
     assert inside == [0, 0]
     counter.remove()
 
 
 def test_group_fraction_trains_a_random_subset_of_whole_groups_per_step(backbone):
-    method = jagg(backbone, "method.group_fraction=0.5", steps=13)    # 12 steps = 3 groups; 1 trained per step
+    method = jagg(backbone, "method.group_fraction=0.5", steps=13)  # 12 steps = 3 groups; 1 trained per step
     counter = NFECounter(backbone.transformer_modules())
     seen = set()
     for seed in range(3):
@@ -94,7 +103,7 @@ def test_group_fraction_trains_a_random_subset_of_whole_groups_per_step(backbone
         assert rollout.train_steps.tolist() == [list(range(4 * group, 4 * group + 4))] * M_ROWS
         b0 = counter.snapshot()[1]
         method.backward(rollout, torch.arange(M_ROWS), M_ROWS)
-        assert counter.snapshot()[1] - b0 == M_ROWS * (2 if group == 0 else 4)     # group 0 is the JAGG group
+        assert counter.snapshot()[1] - b0 == M_ROWS * (2 if group == 0 else 4)  # group 0 is the JAGG group
     counter.remove()
 
 
@@ -107,8 +116,9 @@ def test_jagg_frac_zero_is_bit_identical_to_the_baseline_backward(backbone, base
     rollout = rollout_of(method, seed=1)
 
     def run(fn):
-        for mb in (torch.tensor([0, 1]), torch.tensor([2])):     # two micro-batches accumulate into one update
+        for mb in (torch.tensor([0, 1]), torch.tensor([2])):  # two micro-batches accumulate into one update
             fn(rollout, mb, M_ROWS)
+
     ours, _ = grads_after(method, lambda: run(method.backward))
     baseline, _ = grads_after(method, lambda: run(super(JAGG, method).backward))
     assert ours.keys() == baseline.keys() and ours
@@ -120,22 +130,22 @@ def test_jagg_frac_zero_is_bit_identical_to_the_baseline_backward(backbone, base
 def test_logged_loss_of_jagg_groups_equals_the_exact_per_step_loss(backbone, base):
     method = jagg(backbone, f"method.base={base}", "method.jagg_frac=1")
     rollout = rollout_of(method, seed=2)
-    rollout.advantages = torch.tensor([1.0, 0.5, -0.25])        # not summing to 0, so the loss does not cancel
+    rollout.advantages = torch.tensor([1.0, 0.5, -0.25])  # not summing to 0, so the loss does not cancel
     samples = torch.arange(M_ROWS)
     jagg_grad, ours = grads_after(method, lambda: method.backward(rollout, samples, M_ROWS))
     exact_grad, exact = grads_after(method, lambda: super(JAGG, method).backward(rollout, samples, M_ROWS))
     assert ours.keys() == exact.keys() and "loss" in ours
     for k in ours:
         assert float(ours[k]) == pytest.approx(float(exact[k]), rel=1e-5, abs=1e-9), k
-    flat = lambda g: torch.cat([g[k].flatten() for k in sorted(g)])   # noqa: E731
+    flat = lambda g: torch.cat([g[k].flatten() for k in sorted(g)])  # noqa: E731
     a, b = flat(jagg_grad), flat(exact_grad)
-    assert not torch.allclose(a, b) and float(a @ b / (a.norm() * b.norm())) > 0   # only the gradient differs
+    assert not torch.allclose(a, b) and float(a @ b / (a.norm() * b.norm())) > 0  # only the gradient differs
 
 
 # ------------------------------------------------------------------------------------------ diagnostic mode
 def test_diagnostics_report_per_group_cosines_and_leave_the_training_gradient_alone(backbone):
     method = jagg(backbone, "method.diagnose_every=2")
-    rollout = rollout_of(method, seed=3)                 # rollout 0: a diagnostic step
+    rollout = rollout_of(method, seed=3)  # rollout 0: a diagnostic step
     samples = torch.arange(M_ROWS)
     diagnosed, stats = grads_after(method, lambda: method.backward(rollout, samples, M_ROWS))
     metrics = method.step_metrics()
@@ -143,11 +153,11 @@ def test_diagnostics_report_per_group_cosines_and_leave_the_training_gradient_al
     assert all(-1 <= metrics[f"jagg/cos_group_{g}"] <= 1 + 1e-9 for g in range(2))
     assert all(metrics[f"jagg/rel_err_group_{g}"] > 0 for g in range(2))
     plain, plain_stats = grads_after(method, lambda: method.backward(rollout, samples, M_ROWS))
-    assert method.step_metrics() == {}                   # only the first backward of a diagnostic step
+    assert method.step_metrics() == {}  # only the first backward of a diagnostic step
     for k in plain:
         torch.testing.assert_close(diagnosed[k], plain[k], rtol=1e-5, atol=1e-8)
     assert float(stats["loss"]) == pytest.approx(float(plain_stats["loss"]), rel=1e-6)
-    rollout_of(method, seed=4)                           # rollout 1: not a diagnostic step
+    rollout_of(method, seed=4)  # rollout 1: not a diagnostic step
     method.backward(rollout, samples, M_ROWS)
     assert method.step_metrics() == {}
 
@@ -189,7 +199,7 @@ BAD = [
 
 @pytest.mark.parametrize("overrides,key,hint", BAD, ids=[",".join(o) for o, _, _ in BAD])
 def test_bad_jagg_configs_fail_before_any_model_is_built(overrides, key, hint, no_model_building, tmp_path):
-    cfg = compose(["method=jagg", *overrides])         # CPU-demo scale: sampling_steps=10 -> 9 trained steps
+    cfg = compose(["method=jagg", *overrides])  # CPU-demo scale: sampling_steps=10 -> 9 trained steps
     with pytest.raises(ConfigError) as err:
         Trainer(cfg, RunInfo(run_dir=tmp_path))
     assert key in str(err.value) and hint in str(err.value), str(err.value)
@@ -197,16 +207,28 @@ def test_bad_jagg_configs_fail_before_any_model_is_built(overrides, key, hint, n
 
 # ------------------------------------------------------------------------------------- end to end, each base
 @pytest.mark.slow
-@pytest.mark.parametrize("base,fwd,bwd", [
-    ("dance_grpo", 4 * 9 + 4 * 8, 4 * (2 + 4)),            # 8 trained steps: group 0 JAGG, group 1 exact
-    ("flow_grpo", 4 * 9 + 2 * 4 * 8, 4 * (2 + 4)),         # the same, plus a reference forward per step (KL)
-    ("flow_grpo_fast", 4 * 9 + 4 * 4, 4 * 2),              # the SDE window of 4 steps is one JAGG group
-])
+@pytest.mark.parametrize(
+    "base,fwd,bwd",
+    [
+        ("dance_grpo", 4 * 9 + 4 * 8, 4 * (2 + 4)),  # 8 trained steps: group 0 JAGG, group 1 exact
+        ("flow_grpo", 4 * 9 + 2 * 4 * 8, 4 * (2 + 4)),  # the same, plus a reference forward per step (KL)
+        ("flow_grpo_fast", 4 * 9 + 4 * 4, 4 * 2),  # the SDE window of 4 steps is one JAGG group
+    ],
+)
 def test_trainer_runs_jagg_over_each_base_with_the_expected_pass_counts(base, fwd, bwd, tmp_path):
     import json
 
-    cfg = compose(["experiment=smoke", "logger=none", "method=jagg", f"method.base={base}", "method.sampling_steps=9",
-                   "method.diagnose_every=2", "trainer.threads=1"])          # smoke: 2 prompts x 2 samples
+    cfg = compose(
+        [
+            "experiment=smoke",
+            "logger=none",
+            "method=jagg",
+            f"method.base={base}",
+            "method.sampling_steps=9",
+            "method.diagnose_every=2",
+            "trainer.threads=1",
+        ]
+    )  # smoke: 2 prompts x 2 samples
     Trainer(cfg, RunInfo(run_dir=tmp_path)).fit()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]

@@ -1,6 +1,7 @@
 """The memory planner (launcher/memory_plan.py, docs/memory.md): parameter counts from configs alone equal the
 diffusers classes' and peft's, a plan reads no weights and imports no torch, every preset and family has a plan on
 8 x 80 GB, the fixes it suggests do fit, and ``--plan`` prints before anything is built or submitted."""
+
 from __future__ import annotations
 
 import re
@@ -16,8 +17,12 @@ from models import published_configs as pub
 from models.param_inventory import INVENTORIES
 
 EIGHT_GPUS = ["cluster=slurm", "cluster.gpus_per_node=8"]
-CLASSES = {"flux": "FluxTransformer2DModel", "sd3": "SD3Transformer2DModel",
-           "qwenimage": "QwenImageTransformer2DModel", "wan": "WanTransformer3DModel"}
+CLASSES = {
+    "flux": "FluxTransformer2DModel",
+    "sd3": "SD3Transformer2DModel",
+    "qwenimage": "QwenImageTransformer2DModel",
+    "wan": "WanTransformer3DModel",
+}
 
 
 def tiny(family: str) -> dict:
@@ -27,12 +32,20 @@ def tiny(family: str) -> dict:
     return importlib.import_module(f"models.{module}").TRANSFORMER
 
 
-CONFIGS = [("flux", pub.FLUX_DEV), ("sd3", pub.SD35_MEDIUM), ("qwenimage", pub.QWEN_IMAGE),
-           ("wan", pub.WAN21_T2V_1_3B), ("wan", pub.WAN21_T2V_14B)]
+CONFIGS = [
+    ("flux", pub.FLUX_DEV),
+    ("sd3", pub.SD35_MEDIUM),
+    ("qwenimage", pub.QWEN_IMAGE),
+    ("wan", pub.WAN21_T2V_1_3B),
+    ("wan", pub.WAN21_T2V_14B),
+]
 
 
-@pytest.mark.parametrize("family,config", CONFIGS + [(f, None) for f in CLASSES],
-                         ids=[f"{f}-{i}" for i, (f, _) in enumerate(CONFIGS)] + [f"{f}-tiny" for f in CLASSES])
+@pytest.mark.parametrize(
+    "family,config",
+    CONFIGS + [(f, None) for f in CLASSES],
+    ids=[f"{f}-{i}" for i, (f, _) in enumerate(CONFIGS)] + [f"{f}-tiny" for f in CLASSES],
+)
 def test_inventory_matches_the_diffusers_class_and_peft(family, config):
     import diffusers
     import torch
@@ -43,17 +56,22 @@ def test_inventory_matches_the_diffusers_class_and_peft(family, config):
         model = getattr(diffusers, CLASSES[family])(**config)
     inv = INVENTORIES[family](config)
     assert inv.params == sum(p.numel() for p in model.parameters())
-    assert inv.depth == sum(len(getattr(model, a)) for a in ("transformer_blocks", "single_transformer_blocks",
-                                                              "blocks") if hasattr(model, a))
+    assert inv.depth == sum(
+        len(getattr(model, a))
+        for a in ("transformer_blocks", "single_transformer_blocks", "blocks")
+        if hasattr(model, a)
+    )
     targets = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
     model.add_adapter(LoraConfig(r=4, lora_alpha=4, target_modules=targets))
     assert inv.lora_params(targets, 4) == sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
 
 
 def test_a_plan_imports_no_torch_and_reads_no_weights():
-    code = ("import sys; from launcher.memory_plan import compose_runs, plan; "
-            "[plan(cfg) for _, cfg in compose_runs(['experiment=flash_grpo_flux', 'cluster=slurm'])]; "
-            "assert 'torch' not in sys.modules and 'diffusers' not in sys.modules, 'heavy import'")
+    code = (
+        "import sys; from launcher.memory_plan import compose_runs, plan; "
+        "[plan(cfg) for _, cfg in compose_runs(['experiment=flash_grpo_flux', 'cluster=slurm'])]; "
+        "assert 'torch' not in sys.modules and 'diffusers' not in sys.modules, 'heavy import'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 
@@ -64,8 +82,14 @@ def cfg_of(overrides: list[str]) -> dict:
 PRESETS = [p for p in group_options("experiment")]
 #: each family at its published size at DanceGRPO's scale on 8 GPUs (scripts/plan_presets.py)
 RECIPE = "method=dance_grpo method.group_size=12 method.prompts_per_step=16 method.update_batch=2"
-FAMILIES = ["model=flux", "model=sd35m", "model=qwenimage", "model=qwenimage model.finetune=full", "model=wan2.1",
-            "model=wan2.1 model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers"]
+FAMILIES = [
+    "model=flux",
+    "model=sd35m",
+    "model=qwenimage",
+    "model=qwenimage model.finetune=full",
+    "model=wan2.1",
+    "model=wan2.1 model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers",
+]
 
 
 @pytest.mark.parametrize("overrides", [[f"experiment={p}"] for p in PRESETS], ids=PRESETS)
@@ -73,7 +97,7 @@ def test_every_preset_fits_eight_80gb_gpus_or_names_its_rank_count(overrides):
     cfg = cfg_of([*overrides, *EIGHT_GPUS])
     result = plan_with_fixes(cfg)
     if cfg["model"]["name"] == "toy_gaussian":
-        assert result is None                      # the SOC toy is not a diffusers family: nothing to plan
+        assert result is None  # the SOC toy is not a diffusers family: nothing to plan
         return
     assert result.world == 8 and result.gpu_bytes == 80 * GiB
     assert result.peak > 0 and {line.what for line in result.lines} >= {"gradients (fp32)", "rollout buffers"}
@@ -91,20 +115,29 @@ def test_each_family_at_published_size_fits_or_gets_a_fix(family):
 def apply(cfg: dict, fix: str) -> dict:
     for assignment in fix.split(" (")[0].split(" on ")[0].split():
         key, value = assignment.split("=")
-        cfg = with_override(cfg, key, {"true": True, "false": False}.get(value, int(value) if value.isdigit()
-                                                                          else value))
+        cfg = with_override(
+            cfg, key, {"true": True, "false": False}.get(value, int(value) if value.isdigit() else value)
+        )
     return cfg
 
 
 def test_a_run_that_does_not_fit_gets_fixes_that_fit():
-    cfg = cfg_of(["model=qwenimage", "model.finetune=full", "model.activation_checkpointing=none",
-                  "method=dance_grpo", "method.update_batch=16", *EIGHT_GPUS])
+    cfg = cfg_of(
+        [
+            "model=qwenimage",
+            "model.finetune=full",
+            "model.activation_checkpointing=none",
+            "method=dance_grpo",
+            "method.update_batch=16",
+            *EIGHT_GPUS,
+        ]
+    )
     result = plan_with_fixes(cfg)
     assert not result.fits and result.fixes
-    assert plan(apply(cfg, result.fixes[0])).fits                       # the first fix, applied, fits
+    assert plan(apply(cfg, result.fixes[0])).fits  # the first fix, applied, fits
 
     alone = cfg_of(["model=qwenimage", "model.finetune=full", "method=dance_grpo", "cluster=local"])
-    one_gpu = plan_with_fixes(alone)                                     # 20 B parameters in fp32 + AdamW on one GPU
+    one_gpu = plan_with_fixes(alone)  # 20 B parameters in fp32 + AdamW on one GPU
     last = one_gpu.fixes[-1]
     assert not one_gpu.fits and " ranks" in last
     ranks = int(re.search(r"(\d+) ranks", last).group(1))
@@ -121,9 +154,11 @@ def test_more_ranks_and_lower_memory_lines_move_the_right_way():
     fp32 = {line.what: line for line in plan(with_override(cfg, "model.reference_dtype", "float32")).lines}
     assert fp32["frozen reference (float32)"].update == 2 * bf16.update
     precomputed = with_override(with_override(cfg, "model.text_encoders", "precompute"), "method.decode_chunk", 1)
-    assert plan(with_override(precomputed, "method.rollout_chunk", 2)).phase("rollout") < \
-        plan(precomputed).phase("rollout") < eight.phase("rollout")
-
+    assert (
+        plan(with_override(precomputed, "method.rollout_chunk", 2)).phase("rollout")
+        < plan(precomputed).phase("rollout")
+        < eight.phase("rollout")
+    )
 
 
 def test_hsdp_shards_the_states_over_one_node_only():
@@ -136,11 +171,26 @@ def test_hsdp_shards_the_states_over_one_node_only():
 
 
 def test_the_command_line_plans_without_building_or_submitting(tmp_path):
-    res = subprocess.run([*rewardflow_cmd(), "experiment=flash_grpo_flux", *EIGHT_GPUS, f"output_root={tmp_path}",
-                          "--plan"], capture_output=True, text=True, cwd=ROOT)
+    res = subprocess.run(
+        [*rewardflow_cmd(), "experiment=flash_grpo_flux", *EIGHT_GPUS, f"output_root={tmp_path}", "--plan"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert res.returncode == 0, res.stderr
     assert "memory plan, per rank" in res.stdout and "fits" in res.stdout
-    assert not any(tmp_path.iterdir())                # no run directory, no submitit folder
-    bad = subprocess.run([*rewardflow_cmd(), "model=qwenimage", "model.finetune=full", "method.update_batch=16",
-                          "model.activation_checkpointing=none", "--plan"], capture_output=True, text=True, cwd=ROOT)
+    assert not any(tmp_path.iterdir())  # no run directory, no submitit folder
+    bad = subprocess.run(
+        [
+            *rewardflow_cmd(),
+            "model=qwenimage",
+            "model.finetune=full",
+            "method.update_batch=16",
+            "model.activation_checkpointing=none",
+            "--plan",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert bad.returncode == 1 and "DOES NOT FIT" in bad.stdout and "fix:" in bad.stdout

@@ -5,6 +5,7 @@ velocity reproduces the family's own diffusers pipeline step by step (prompt enc
 guidance, sigma grid); decoding gives images (frames for Wan2.1); the packing round-trips; LoRA trains only the
 adapter and its disabled-adapter velocity is the base model's; ``save_pretrained`` exports what diffusers loads.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,6 +28,7 @@ def lora_backbones(twin_cache):
         if name not in cache:
             cache[name] = FAMILIES[name].build(finetune="lora", lora_rank=4, keep_reference=True)
         return cache[name]
+
     return get
 
 
@@ -36,21 +38,21 @@ def _sigma(values, n=None) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------ loading path
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "tiny_flux"])   # tiny_flux: test_flux_backbone.py
+@pytest.mark.parametrize("name", [n for n in NAMES if n != "tiny_flux"])  # tiny_flux: test_flux_backbone.py
 def test_twin_is_saved_and_loaded_through_from_pretrained(name, twin_cache):
     fam = FAMILIES[name]
     path = fam.path()
-    assert (twin_cache in __import__("pathlib").Path(path).parents)
+    assert twin_cache in __import__("pathlib").Path(path).parents
     index = json.loads((__import__("pathlib").Path(path) / "model_index.json").read_text())
     assert {"transformer", "vae", "scheduler", "text_encoder", "tokenizer"} <= set(index)
-    assert fam.path() == path                                          # cached, not rebuilt
+    assert fam.path() == path  # cached, not rebuilt
     module = __import__(fam.cls().__module__, fromlist=["x"])
     build = next(getattr(module, f) for f in dir(module) if f.startswith("build_tiny_"))
     fresh = build(0).transformer.state_dict()
     bb = fam.build(finetune="full", activation_checkpointing="full")
     loaded = bb.transformer.state_dict()
     assert fresh.keys() == loaded.keys() and all(torch.equal(fresh[k], loaded[k]) for k in fresh)
-    assert bb.transformer.is_gradient_checkpointing and bb.dtype == torch.float32     # CPU: fp32
+    assert bb.transformer.is_gradient_checkpointing and bb.dtype == torch.float32  # CPU: fp32
     assert all(p.requires_grad for p in bb.transformer.parameters())
     assert not any(p.requires_grad for m in [bb.vae, *bb._text_encoders] for p in m.parameters())
 
@@ -68,6 +70,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(name, lora_backbones):
         bb.velocity(x, s, emb).square().mean().backward()
         # None: Qwen-Image's last block discards its text stream, so LoRA there gets no gradient
         return [None if p.grad is None else p.grad.clone() for p in params]
+
     plain = grads()
     bb.transformer.enable_gradient_checkpointing()
     try:
@@ -97,8 +100,9 @@ def test_bf16_compute_path(name, twin_cache):
     v = bb.velocity(bb.initial_noise(1), torch.tensor([0.6]), bb.encode_prompts(PROMPTS[:1]))
     assert v.dtype == torch.float32 and torch.isfinite(v).all()
     v.square().mean().backward()
-    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in bb.trainable_parameters()
-               if p.grad is not None)
+    assert all(
+        p.grad is not None and torch.isfinite(p.grad).all() for p in bb.trainable_parameters() if p.grad is not None
+    )
 
 
 # ------------------------------------------------------------------------------------ pipeline parity (conventions)
@@ -116,11 +120,17 @@ def _run_pipeline(bb, fam, steps, latents):
 
     sched.step = step
     hook = bb.transformer.register_forward_pre_hook(
-        lambda m, a, k: rec["t_model"].append(k["timestep"].detach().clone()), with_kwargs=True)
+        lambda m, a, k: rec["t_model"].append(k["timestep"].detach().clone()), with_kwargs=True
+    )
     try:
         with torch.no_grad():
-            bb.pipe(PROMPTS[:1] * latents.shape[0], num_inference_steps=steps, latents=latents.clone(),
-                    output_type="latent", **bb.pipeline_kwargs())
+            bb.pipe(
+                PROMPTS[:1] * latents.shape[0],
+                num_inference_steps=steps,
+                latents=latents.clone(),
+                output_type="latent",
+                **bb.pipeline_kwargs(),
+            )
     finally:
         del sched.step
         hook.remove()
@@ -138,7 +148,7 @@ def test_velocity_reproduces_the_diffusers_pipeline(name, lora_backbones):
     rec = _run_pipeline(bb, fam, steps, x)
     sched_shift = float(bb.scheduler.config.get("flow_shift", bb.scheduler.config.get("shift", 3.0)))
     ours = bb.sigmas(steps, sched_shift)
-    if name == "tiny_wan2.1":   # UniPC lowers sigma_0 = 1 by 1e-6 for its multistep log; we step Euler from 1
+    if name == "tiny_wan2.1":  # UniPC lowers sigma_0 = 1 by 1e-6 for its multistep log; we step Euler from 1
         assert abs(float(rec["sigmas"][0]) - 1) < 1e-5 and ours[0] == 1.0
         torch.testing.assert_close(ours[1:], rec["sigmas"][1:], rtol=0, atol=1e-7)
     else:
@@ -146,7 +156,8 @@ def test_velocity_reproduces_the_diffusers_pipeline(name, lora_backbones):
 
     seen = []
     hook = bb.transformer.register_forward_pre_hook(
-        lambda m, a, k: seen.append(k["timestep"].detach().clone()), with_kwargs=True)
+        lambda m, a, k: seen.append(k["timestep"].detach().clone()), with_kwargs=True
+    )
     emb = bb.encode_prompts(PROMPTS[:1] * b)
     try:
         with torch.no_grad():
@@ -174,14 +185,14 @@ def test_timestep_scale_and_guidance_reach_the_transformer(name, lora_backbones)
     hook.remove()
     # the family's declared convention (pinned against its pipeline by test_velocity_reproduces_the_diffusers_pipeline)
     expected = bb.model_timestep(torch.tensor([0.7, 0.25], dtype=torch.float64)).double()
-    if bb.do_cfg:                                                       # one forward over [uncond, cond]
+    if bb.do_cfg:  # one forward over [uncond, cond]
         expected = torch.cat([expected, expected])
         assert seen["hidden_states"].shape[0] == 4
     torch.testing.assert_close(seen["timestep"].double(), expected, rtol=1e-6, atol=1e-6)
     if name == "tiny_flux":
-        assert torch.equal(seen["guidance"], torch.full((2,), 3.5))     # FLUX.1-dev: embedded guidance, no CFG
+        assert torch.equal(seen["guidance"], torch.full((2,), 3.5))  # FLUX.1-dev: embedded guidance, no CFG
     if name == "tiny_wan2.1":
-        with torch.no_grad():                                           # sigma = 1 -> 999 (UniPC's first timestep)
+        with torch.no_grad():  # sigma = 1 -> 999 (UniPC's first timestep)
             bb.velocity(bb.initial_noise(1), torch.tensor([1.0]), bb.encode_prompts(PROMPTS[:1]))
         assert float(bb.model_timestep(torch.tensor([1.0]))[0]) == 999
 
@@ -193,13 +204,14 @@ def test_cfg_combines_unconditional_and_conditional_predictions(name, lora_backb
     x = bb.initial_noise(2, torch.Generator().manual_seed(3))
     s = torch.tensor([0.9, 0.4])
     calls = []
-    hook = bb.transformer.register_forward_pre_hook(lambda m, a, k: calls.append(k["hidden_states"].shape[0]),
-                                                    with_kwargs=True)
+    hook = bb.transformer.register_forward_pre_hook(
+        lambda m, a, k: calls.append(k["hidden_states"].shape[0]), with_kwargs=True
+    )
     w = bb.guidance_scale
     try:
         with torch.no_grad():
             v = bb.velocity(x, s, bb.encode_prompts(PROMPTS))
-            bb.guidance_scale = 1.0                                     # CFG off: plain conditional predictions
+            bb.guidance_scale = 1.0  # CFG off: plain conditional predictions
             v_c = bb.velocity(x, s, bb.encode_prompts(PROMPTS))
             v_u = bb.velocity(x, s, bb.encode_prompts([bb.negative_prompt] * 2))
     finally:
@@ -207,7 +219,7 @@ def test_cfg_combines_unconditional_and_conditional_predictions(name, lora_backb
         hook.remove()
     assert calls == [4, 2, 2]
     expected = v_u + w * (v_c - v_u)
-    if name == "tiny_qwenimage":                                        # QwenImagePipeline's per-token renorm
+    if name == "tiny_qwenimage":  # QwenImagePipeline's per-token renorm
         expected = expected * v_c.norm(dim=-1, keepdim=True) / expected.norm(dim=-1, keepdim=True)
     torch.testing.assert_close(v, expected, rtol=1e-4, atol=1e-5)
 
@@ -224,12 +236,12 @@ def test_decode_shape_and_packing_round_trip(name, lora_backbones):
         latents = bb.encode_images(images)
         direct = bb.decode(latents)
     if bb.video:
-        assert out.shape == (3, bb.num_frames, 3, bb.height, bb.width)   # frames (B, F, 3, H, W)
+        assert out.shape == (3, bb.num_frames, 3, bb.height, bb.width)  # frames (B, F, 3, H, W)
     else:
         assert out.shape == (3, 3, bb.height, bb.width)
     assert 0 <= float(out.min()) and float(out.max()) <= 1
-    assert latents.shape == (2, *bb.latent_shape)                       # the VAE's latent in the transformer layout
-    if name in ("tiny_flux", "tiny_qwenimage"):                         # 2x2 packing: unpack(pack(z)) == z exactly
+    assert latents.shape == (2, *bb.latent_shape)  # the VAE's latent in the transformer layout
+    if name in ("tiny_flux", "tiny_qwenimage"):  # 2x2 packing: unpack(pack(z)) == z exactly
         lat = bb.pipe._unpack_latents(x, bb.height, bb.width, bb.pipe.vae_scale_factor)
         if lat.dim() == 5:
             lat = lat[:, :, 0]
@@ -256,13 +268,13 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
     hook = enc.register_forward_hook(lambda *a: calls.append(1))
     a = bb.encode_prompts(["a green tree", "a green tree", "a pink car"])
     b = bb.encode_prompts(["a pink car"])
-    assert len(calls) == 1 + int(bb.do_cfg)                    # the batch once (+ the negative prompt once)
+    assert len(calls) == 1 + int(bb.do_cfg)  # the batch once (+ the negative prompt once)
     for k in b.tensors:
         torch.testing.assert_close(b.tensors[k][0], a.tensors[k][2])
-    bb.encode_prompts(["a cat", "a dog"])                               # LRU of 2: "a green tree" is dropped
+    bb.encode_prompts(["a cat", "a dog"])  # LRU of 2: "a green tree" is dropped
     hook.remove()
     bb.release_text_encoders()
-    bb.encode_prompts(["a cat"])                                        # cached: still fine
+    bb.encode_prompts(["a cat"])  # cached: still fine
     with pytest.raises(RuntimeError, match="released"):
         bb.encode_prompts(["a green tree"])
 
@@ -277,14 +289,24 @@ def test_lora_step_trains_only_the_adapter_and_reference_is_the_base_model(name,
     from launcher.trainer import RunInfo, Trainer
 
     extra = ["method.kl_beta=0.1"] if method == "flow_grpo" else ["method.endpoint_nfe=3", "method.loss_timesteps=2"]
-    cfg = compose(["experiment=smoke", "logger=none", f"model={name}", "model.finetune=lora", "model.lora_rank=4",
-                   f"method={method}", *extra, "trainer.steps=1"])
+    cfg = compose(
+        [
+            "experiment=smoke",
+            "logger=none",
+            f"model={name}",
+            "model.finetune=lora",
+            "model.lora_rank=4",
+            f"method={method}",
+            *extra,
+            "trainer.steps=1",
+        ]
+    )
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     bb = trainer.backbone
     named = dict(bb.transformer.named_parameters())
     before = {k: v.detach().clone() for k, v in named.items()}
-    assert {id(p) for p in trainer.params} == {id(p) for k, p in named.items() if "lora_" in k}   # optimizer sees
-    row = trainer.train_step(0)                                                                  # adapter only
+    assert {id(p) for p in trainer.params} == {id(p) for k, p in named.items() if "lora_" in k}  # optimizer sees
+    row = trainer.train_step(0)  # adapter only
     assert row["health/skipped_updates"] == 0 and ("policy/kl_ref" in row or method == "eam")
     assert row["loss"] == row["loss"] and row["count/transformer_bwd"] > 0
     changed = {k for k, v in named.items() if not torch.equal(v, before[k])}
@@ -300,7 +322,7 @@ def test_lora_step_trains_only_the_adapter_and_reference_is_the_base_model(name,
         v_base = base.velocity(x, s, base.encode_prompts(PROMPTS))
         v_policy = bb.velocity(x, s, emb)
     torch.testing.assert_close(v_ref, v_base, rtol=1e-5, atol=1e-5)
-    assert (v_policy - v_ref).abs().max() > 0                          # the trained adapter changes the policy
+    assert (v_policy - v_ref).abs().max() > 0  # the trained adapter changes the policy
 
 
 # -------------------------------------------------------------------------------------------------- export
@@ -309,7 +331,7 @@ def test_save_pretrained_exports_what_diffusers_loads(name, lora_backbones, tmp_
     import diffusers
 
     fam, bb = FAMILIES[name], lora_backbones(name)
-    with torch.no_grad():                                               # make the adapter non-trivial
+    with torch.no_grad():  # make the adapter non-trivial
         for k, p in bb.transformer.named_parameters():
             if "lora_B" in k:
                 p.normal_(0, 0.05, generator=torch.Generator().manual_seed(len(k)))
@@ -323,7 +345,7 @@ def test_save_pretrained_exports_what_diffusers_loads(name, lora_backbones, tmp_
     assert info["finetune"] == "lora" and info["base_model"] == bb.path
 
     fresh = fam.build(finetune="full")
-    fresh.pipe.load_lora_weights(str(tmp_path / "lora"))               # diffusers' own LoRA loader
+    fresh.pipe.load_lora_weights(str(tmp_path / "lora"))  # diffusers' own LoRA loader
     with torch.no_grad():
         torch.testing.assert_close(fresh.velocity(x, s, fresh.encode_prompts(PROMPTS)), v, rtol=1e-4, atol=1e-5)
 

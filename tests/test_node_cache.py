@@ -2,6 +2,7 @@
 a cache folder the nodes share is filled once, by rank 0, before any other rank reads it; node-local folders (a
 different folder per node at the configured path, as node-local disks are) are filled once per node, by the node's
 first rank, before the node's other ranks read them. The real two-node version runs in tests/test_slurm_multinode.py."""
+
 from __future__ import annotations
 
 import json
@@ -17,16 +18,16 @@ pytestmark = pytest.mark.slow
 
 
 def _fill(rank, world, root, node_local):
-    from rewardflow.distributed import current_world
     from launcher.node_cache import cache_builders_first
     from models.twins import materialize_folder
+    from rewardflow.distributed import current_world
 
     node = rank // 2
-    socket.gethostname = lambda: f"node{node}"          # what each rank's host would answer on 2 real nodes
+    socket.gethostname = lambda: f"node{node}"  # what each rank's host would answer on 2 real nodes
     cache_dir = Path(root) / (f"node{node}" if node_local else "shared")
     events = Path(root) / "events.jsonl"
 
-    def write(folder: Path) -> None:                      # a slow cache build, logged
+    def write(folder: Path) -> None:  # a slow cache build, logged
         with open(events, "a") as fh:
             fh.write(json.dumps({"built_by": rank, "in": str(cache_dir)}) + "\n")
         time.sleep(1.0)
@@ -44,14 +45,14 @@ def test_cache_is_filled_once_per_folder_before_the_other_ranks_read_it(tmp_path
     results = run_distributed(_fill, 4, str(tmp_path), node_local, timeout=600)
     builds = [json.loads(l) for l in (tmp_path / "events.jsonl").read_text().splitlines()]
     if node_local:
-        assert sorted(b["built_by"] for b in builds) == [0, 2]              # the first rank of each node, once each
+        assert sorted(b["built_by"] for b in builds) == [0, 2]  # the first rank of each node, once each
         for r in results:
             builder = results[2 * r["node"]]
             assert r["folder"] == builder["folder"] == str(tmp_path / f"node{r['node']}")
             if r is not builder:
-                assert r["enter"] >= builder["exit"]                        # read only once its node's copy is done
+                assert r["enter"] >= builder["exit"]  # read only once its node's copy is done
         assert all((tmp_path / f"node{n}" / "twin-k" / "done").exists() for n in (0, 1))
     else:
-        assert [b["built_by"] for b in builds] == [0]                       # rank 0, once for everybody
+        assert [b["built_by"] for b in builds] == [0]  # rank 0, once for everybody
         assert all(r["enter"] >= results[0]["exit"] for r in results[1:])
-    assert not list(tmp_path.rglob(".rewardflow-probe-*"))                  # the sharing probes are cleaned up
+    assert not list(tmp_path.rglob(".rewardflow-probe-*"))  # the sharing probes are cleaned up

@@ -4,6 +4,7 @@ Scores are pinned against the peers' own pipelines (PIL preprocessing, the model
 gradients are checked from the score to the image and through the tiny Flux VAE decode to the transformer; missing
 weights fail at validation, offline, before any model is built.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -11,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_reward_preprocess import smooth_image, to_pil
 
 from conftest import compose
 from launcher import components
@@ -19,6 +19,7 @@ from launcher.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_twins import OPEN_CLIP_ARCH, tiny_reward_overrides
+from test_reward_preprocess import smooth_image, to_pil
 
 PROMPTS = ["a red square", "a photo of a cat on a green tree"]
 REWARDS = ["hps", "pickscore", "clip"]
@@ -43,6 +44,7 @@ def uint8_images(n: int = 2, h: int = 96, w: int = 64) -> torch.Tensor:
 def test_hps_matches_the_hpsv2_pipeline(rewards, tiny_rewards):
     """hpsv2: create_model + load_state_dict(torch.load(ckpt)['state_dict']), PIL eval transform, cosine."""
     import open_clip
+
     from test_reward_preprocess import hps_reference
 
     folder = tiny_rewards / "hps"
@@ -50,15 +52,15 @@ def test_hps_matches_the_hpsv2_pipeline(rewards, tiny_rewards):
     model = open_clip.create_model(OPEN_CLIP_ARCH).eval()
     model.load_state_dict(torch.load(folder / "HPS_v2.1_compressed.pt", weights_only=True)["state_dict"])
     images = uint8_images()
-    pixels = torch.cat([hps_reference(to_pil(images[i:i + 1])) for i in range(len(images))])
+    pixels = torch.cat([hps_reference(to_pil(images[i : i + 1])) for i in range(len(images))])
     with torch.no_grad():
         img = model.encode_image(pixels, normalize=True)
         txt = model.encode_text(open_clip.get_tokenizer(OPEN_CLIP_ARCH)(PROMPTS), normalize=True)
         ref = (img * txt).sum(-1)
         ours = rewards["hps"](images, PROMPTS)
     assert ours.dtype == torch.float32 and ours.shape == (2,)
-    torch.testing.assert_close(ours, ref, atol=5e-4, rtol=0)      # measured: 1e-4 (uint8 rounding in PIL)
-    assert (ref[0] - ref[1]).abs() > 4 * 5e-4                      # ... which is far below the images' gap
+    torch.testing.assert_close(ours, ref, atol=5e-4, rtol=0)  # measured: 1e-4 (uint8 rounding in PIL)
+    assert (ref[0] - ref[1]).abs() > 4 * 5e-4  # ... which is far below the images' gap
 
 
 @pytest.mark.parametrize("reward,divide_by", [("pickscore", 1.0), ("clip", 100.0)])
@@ -70,14 +72,16 @@ def test_hf_rewards_match_the_processor_pipeline(rewards, tiny_rewards, reward, 
     proc_dir = tiny_rewards / reward / ("processor" if reward == "pickscore" else "")
     model = CLIPModel.from_pretrained(model_dir).eval()
     images = uint8_images(h=64, w=100)
-    pixels = CLIPImageProcessorPil.from_pretrained(proc_dir)(images=[to_pil(images[i:i + 1]) for i in range(2)],
-                                                             return_tensors="pt")["pixel_values"]
-    tokens = AutoTokenizer.from_pretrained(proc_dir)(PROMPTS, padding=True, truncation=True, max_length=77,
-                                                     return_tensors="pt")
+    pixels = CLIPImageProcessorPil.from_pretrained(proc_dir)(
+        images=[to_pil(images[i : i + 1]) for i in range(2)], return_tensors="pt"
+    )["pixel_values"]
+    tokens = AutoTokenizer.from_pretrained(proc_dir)(
+        PROMPTS, padding=True, truncation=True, max_length=77, return_tensors="pt"
+    )
     with torch.no_grad():
         ref = model(pixel_values=pixels, **tokens).logits_per_image.diagonal() / divide_by
         ours = rewards[reward](images, PROMPTS)
-    tol = 5e-4 * model.logit_scale.exp().item() / divide_by        # 5e-4 in cosine; measured <= 1.5e-4
+    tol = 5e-4 * model.logit_scale.exp().item() / divide_by  # 5e-4 in cosine; measured <= 1.5e-4
     torch.testing.assert_close(ours, ref, atol=tol, rtol=0)
     assert (ref[0] - ref[1]).abs() > 4 * tol
     assert rewards[reward].divide_by == divide_by
@@ -104,7 +108,7 @@ def test_gradient_reaches_the_image(rewards, reward):
     rewards[reward](images, PROMPTS).sum().backward()
     g = images.grad
     assert torch.isfinite(g).all() and g.abs().sum() > 0
-    assert not any(p.requires_grad for p in rewards[reward].parameters())     # the reward stays frozen
+    assert not any(p.requires_grad for p in rewards[reward].parameters())  # the reward stays frozen
 
 
 def test_gradient_reaches_the_transformer_through_the_vae(tiny_rewards):
@@ -131,9 +135,10 @@ def test_bf16_runs_the_model_in_bf16_and_returns_fp32(rewards, tiny_rewards):
         score = half(images, PROMPTS)
         assert score.dtype == torch.float32
         assert all(p.dtype == torch.bfloat16 for p in half.model.parameters())
-        cosine_tol = 0.02                     # bf16 keeps ~3 significant digits through two 2-layer towers
-        torch.testing.assert_close(score, rewards[reward](images, PROMPTS), atol=cosine_tol * half.cosine_scale(),
-                                   rtol=0)
+        cosine_tol = 0.02  # bf16 keeps ~3 significant digits through two 2-layer towers
+        torch.testing.assert_close(
+            score, rewards[reward](images, PROMPTS), atol=cosine_tol * half.cosine_scale(), rtol=0
+        )
         score.sum().backward()
         assert torch.isfinite(images.grad).all() and images.grad.abs().sum() > 0
 
@@ -172,14 +177,18 @@ def empty_hf_cache(monkeypatch, tmp_path):
     return tmp_path / "hf_cache"
 
 
-@pytest.mark.parametrize("reward,key,missing,repo", [
-    ("hps", "reward.path", "HPS_v2.1_compressed.pt", "xswu/HPSv2"),
-    ("pickscore", "reward.path", "config.json", "yuvalkirstain/PickScore_v1"),
-    ("clip", "reward.path", "config.json", "openai/clip-vit-large-patch14"),
-    ("multi", "reward.components.hps.path", "HPS_v2.1_compressed.pt", "xswu/HPSv2"),
-])
-def test_missing_weights_fail_before_any_model_is_built(reward, key, missing, repo, empty_hf_cache,
-                                                        no_model_building, tmp_path):
+@pytest.mark.parametrize(
+    "reward,key,missing,repo",
+    [
+        ("hps", "reward.path", "HPS_v2.1_compressed.pt", "xswu/HPSv2"),
+        ("pickscore", "reward.path", "config.json", "yuvalkirstain/PickScore_v1"),
+        ("clip", "reward.path", "config.json", "openai/clip-vit-large-patch14"),
+        ("multi", "reward.components.hps.path", "HPS_v2.1_compressed.pt", "xswu/HPSv2"),
+    ],
+)
+def test_missing_weights_fail_before_any_model_is_built(
+    reward, key, missing, repo, empty_hf_cache, no_model_building, tmp_path
+):
     with pytest.raises(ConfigError) as err:
         Trainer(compose([f"reward={reward}"]), RunInfo(run_dir=tmp_path))
     msg = str(err.value)
@@ -192,18 +201,29 @@ def test_pickscore_processor_is_checked_too(empty_hf_cache, tiny_rewards):
         validate(cfg)
 
 
-@pytest.mark.parametrize("override,match", [
-    ("reward.path=/nonexistent/HPS_v2.1_compressed.pt", "no such file or folder"),
-    ("reward.arch=/nonexistent/arch.json", "reward.arch"),
-    ("reward.arch=ViT-Q-99", "not an open_clip architecture"),
-])
+@pytest.mark.parametrize(
+    "override,match",
+    [
+        ("reward.path=/nonexistent/HPS_v2.1_compressed.pt", "no such file or folder"),
+        ("reward.arch=/nonexistent/arch.json", "reward.arch"),
+        ("reward.arch=ViT-Q-99", "not an open_clip architecture"),
+    ],
+)
 def test_bad_local_paths_fail_validation(override, match, tiny_rewards):
     with pytest.raises(ConfigError, match=match):
         validate(compose(["reward=hps", *tiny_reward_overrides(tiny_rewards, "hps"), override]))
 
 
-@pytest.mark.parametrize("source,local", [("xswu/HPSv2", False), ("stabilityai/stable-diffusion-3.5-large", False),
-                                          ("ckpt/HPS_v2.1_compressed.pt", True), ("HPSv2", True), ("./a/b", True)])
+@pytest.mark.parametrize(
+    "source,local",
+    [
+        ("xswu/HPSv2", False),
+        ("stabilityai/stable-diffusion-3.5-large", False),
+        ("ckpt/HPS_v2.1_compressed.pt", True),
+        ("HPSv2", True),
+        ("./a/b", True),
+    ],
+)
 def test_hub_ids_and_paths_are_told_apart(source, local):
     from rewards.weights import is_local
 
@@ -237,8 +257,9 @@ def test_hub_ids_resolve_from_the_offline_cache(empty_hf_cache, tiny_rewards):
     t = tiny_rewards
     _cache_repo(empty_hf_cache, "xswu/HPSv2", [t / "hps" / "HPS_v2.1_compressed.pt"])
     _cache_repo(empty_hf_cache, "yuvalkirstain/PickScore_v1", list((t / "pickscore" / "model").iterdir()))
-    _cache_repo(empty_hf_cache, "laion/CLIP-ViT-H-14-laion2B-s32B-b79K",
-                list((t / "pickscore" / "processor").iterdir()))
+    _cache_repo(
+        empty_hf_cache, "laion/CLIP-ViT-H-14-laion2B-s32B-b79K", list((t / "pickscore" / "processor").iterdir())
+    )
     _cache_repo(empty_hf_cache, "openai/clip-vit-large-patch14", list((t / "clip").iterdir()))
     cfg = compose(["reward=multi", f"reward.components.hps.arch={t / 'hps' / (OPEN_CLIP_ARCH + '.json')}"])
     assert cfg.reward.components.pickscore.path == "yuvalkirstain/PickScore_v1"

@@ -1,6 +1,7 @@
 """Checkpoint / resume in one process: an interrupted run resumed from its latest complete checkpoint ends with
 exactly the parameters and metrics of an uninterrupted run, with checkpoints written synchronously or in the
 background (trainer.async_checkpoint); a writer killed mid-checkpoint leaves nothing that resume would pick up."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,8 @@ import torch
 
 from conftest import ROOT, compose
 from launcher.checkpoint import CheckpointManager
-from rewardflow.distributed import World
 from launcher.trainer import RunInfo, Trainer
+from rewardflow.distributed import World
 
 STEPS = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2"]
 
@@ -37,8 +38,14 @@ class Crash(RuntimeError):
 def test_interrupted_run_resumes_bitwise(tmp_path, finetune, async_checkpoint):
     """Also with trainer.async_checkpoint=true: the optimizer steps that follow a save while it is written in the
     background do not leak into it, and the save of step 3 is committed although the run then crashes."""
-    cfg = compose([*STEPS, f"model.finetune={finetune}", "model.lora_rank=4",
-                   f"trainer.async_checkpoint={str(async_checkpoint).lower()}"])
+    cfg = compose(
+        [
+            *STEPS,
+            f"model.finetune={finetune}",
+            "model.lora_rank=4",
+            f"trainer.async_checkpoint={str(async_checkpoint).lower()}",
+        ]
+    )
     ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
     ref.fit()
 
@@ -47,9 +54,10 @@ def test_interrupted_run_resumes_bitwise(tmp_path, finetune, async_checkpoint):
 
     def crash_after_4(step):
         out = original(step)
-        if step == 4:                                  # steps 0-4 logged, last checkpoint after step 3
+        if step == 4:  # steps 0-4 logged, last checkpoint after step 3
             raise Crash("simulated node failure")
         return out
+
     broken.train_step = crash_after_4
     with pytest.raises(Crash):
         broken.fit()
@@ -60,7 +68,7 @@ def test_interrupted_run_resumes_bitwise(tmp_path, finetune, async_checkpoint):
     resumed.fit()
     ref_p, res_p = params(ref), params(resumed)
     assert all(torch.equal(ref_p[k], res_p[k]) for k in ref_p)
-    assert metrics(tmp_path / "run") == metrics(tmp_path / "ref")       # every step once, same values
+    assert metrics(tmp_path / "run") == metrics(tmp_path / "ref")  # every step once, same values
     # the optimizer state came back too (Adam moments of the last update are identical)
     s_ref, s_res = ref.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
     assert all(torch.equal(s_ref[i]["exp_avg"], s_res[i]["exp_avg"]) for i in s_ref)
@@ -96,18 +104,19 @@ KILLED_WRITER = textwrap.dedent("""
 
 
 def test_killed_writer_leaves_no_checkpoint_that_resume_would_pick(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path)], cwd=ROOT,
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "WRITING"
     proc.kill()
     proc.wait(timeout=30)
     mgr = CheckpointManager(tmp_path, World())
-    assert (tmp_path / ".step_00000002.tmp" / ".metadata").exists()     # half-written, left behind
-    assert mgr.latest() == tmp_path / "step_00000001"                    # ... but never picked up
+    assert (tmp_path / ".step_00000002.tmp" / ".metadata").exists()  # half-written, left behind
+    assert mgr.latest() == tmp_path / "step_00000001"  # ... but never picked up
     model = torch.nn.Linear(4, 4)
     opt = torch.optim.AdamW(model.parameters())
     assert mgr.load(mgr.latest(), model, opt)["step"] == 1
-    mgr.save(2, model, opt, {})                                          # the next writer cleans up and succeeds
+    mgr.save(2, model, opt, {})  # the next writer cleans up and succeeds
     assert mgr.latest() == tmp_path / "step_00000002" and not (tmp_path / ".step_00000002.tmp").exists()
 
 
@@ -140,11 +149,11 @@ def test_a_dead_dashboard_never_stops_training_and_the_resumed_run_backfills_it(
     logger = RunLogger(tmp_path, first)
     for step in range(6):
         logger.log({"step": step, "reward/mean": 0.1 * step})
-    logger.finish()                                   # does not raise either
+    logger.finish()  # does not raise either
     assert [r["step"] for r in first.rows] == [0, 1]  # steps 2-3 vanished silently, 4-5 raised
     second = DyingBackend(alive=100, held=first.rows)
     resumed = RunLogger(tmp_path, second, resume=True)
-    resumed.log({"step": 5, "reward/mean": 0.5})      # replayed after the checkpoint: not logged again
+    resumed.log({"step": 5, "reward/mean": 0.5})  # replayed after the checkpoint: not logged again
     resumed.log({"step": 6, "reward/mean": 0.6})
-    assert [r["step"] for r in second.rows] == [0, 1, 2, 3, 4, 5, 6]     # each step exactly once
+    assert [r["step"] for r in second.rows] == [0, 1, 2, 3, 4, 5, 6]  # each step exactly once
     assert [r["step"] for r in resumed.history] == list(range(7))

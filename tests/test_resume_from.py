@@ -1,6 +1,7 @@
 """``trainer.resume_from`` (issue 16, docs/resume.md): a new run dir starts from another run's checkpoint, with that
 run's metric rows up to it and a new W&B run; a run dir's own checkpoints come first (a requeued job keeps its
 progress); bad values fail before any model is built, naming the key."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,14 @@ from launcher.validate import validate
 from launcher.wandb_offline import find_offline_runs, read_offline_run
 from rewardflow.errors import ConfigError
 
-RUN = ["experiment=smoke", "trainer.steps=6", "trainer.ckpt_every=2", "trainer.keep_last_ckpts=3",
-       "trainer.threads=1", "trainer.export=false"]
+RUN = [
+    "experiment=smoke",
+    "trainer.steps=6",
+    "trainer.ckpt_every=2",
+    "trainer.keep_last_ckpts=3",
+    "trainer.threads=1",
+    "trainer.export=false",
+]
 
 
 def params(trainer):
@@ -45,24 +52,24 @@ def test_resume_from_a_checkpoint_starts_a_new_run_from_it(source, tmp_path):
     run = Trainer(cfg, RunInfo(run_dir=tmp_path))
     assert run.start_step == 4
     run.fit()
-    assert all(torch.equal(v, final[k]) for k, v in params(run).items())     # steps 4-5 replayed bitwise (CPU)
-    assert untimed_rows(tmp_path) == rows          # rows 0-3 copied from the source, 4-5 logged by this run
+    assert all(torch.equal(v, final[k]) for k, v in params(run).items())  # steps 4-5 replayed bitwise (CPU)
+    assert untimed_rows(tmp_path) == rows  # rows 0-3 copied from the source, 4-5 logged by this run
     (folder,) = find_offline_runs(tmp_path)
     wandb_run = read_offline_run(folder)
-    assert wandb_run.run_id != src_wandb_id        # a new W&B run, never the source's
+    assert wandb_run.run_id != src_wandb_id  # a new W&B run, never the source's
     assert [int(r["step"]) for r in wandb_run.history if "reward/mean" in r] == list(range(6))
-    assert sorted(p.name for p in (src / "checkpoints").iterdir()) == before   # the source is only read
+    assert sorted(p.name for p in (src / "checkpoints").iterdir()) == before  # the source is only read
 
 
 def test_a_run_dirs_own_checkpoints_come_before_resume_from(source, tmp_path):
     src, *_ = source
     cfg = compose([*RUN, "trainer.steps=9", "logger=none", f"trainer.resume_from={src}"])
     first = Trainer(cfg, RunInfo(run_dir=tmp_path))
-    assert first.start_step == 6                   # a run dir means its newest checkpoint (step 5)
+    assert first.start_step == 6  # a run dir means its newest checkpoint (step 5)
     first.train_step(6)
-    first.save_checkpoint(6)                       # ... then the job is preempted and requeued
+    first.save_checkpoint(6)  # ... then the job is preempted and requeued
     again = Trainer(cfg, RunInfo(run_dir=tmp_path))
-    assert again.start_step == 7                   # its own progress, not resume_from's step 5 again
+    assert again.start_step == 7  # its own progress, not resume_from's step 5 again
 
 
 def test_resume_false_moves_the_old_checkpoints_aside(source, tmp_path):
@@ -74,18 +81,23 @@ def test_resume_false_moves_the_old_checkpoints_aside(source, tmp_path):
     run = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
     assert run.start_step == 0
     run.fit()
-    assert [p.name for p in run.checkpoints.complete()] == ["step_00000001"]       # this run's only
+    assert [p.name for p in run.checkpoints.complete()] == ["step_00000001"]  # this run's only
     (aside,) = (tmp_path / "run").glob("checkpoints.before-*")
     assert sorted(p.name for p in aside.iterdir()) == ["step_00000001", "step_00000003", "step_00000005"]
     assert [r["step"] for r in untimed_rows(tmp_path / "run")] == [0, 1]
 
 
-@pytest.mark.parametrize("value,problem", [("/nonexistent/run", "no such folder"),
-                                           ("{tmp}", "neither a run dir"),
-                                           ("{tmp}/checkpoints/step_00000004", "incomplete"),
-                                           ("{tmp}/empty_run", "holds no complete checkpoint")])
+@pytest.mark.parametrize(
+    "value,problem",
+    [
+        ("/nonexistent/run", "no such folder"),
+        ("{tmp}", "neither a run dir"),
+        ("{tmp}/checkpoints/step_00000004", "incomplete"),
+        ("{tmp}/empty_run", "holds no complete checkpoint"),
+    ],
+)
 def test_bad_resume_from_fails_before_any_model_is_built(value, problem, tmp_path):
-    (tmp_path / "checkpoints" / "step_00000004").mkdir(parents=True)      # a writer died: no COMPLETE file
+    (tmp_path / "checkpoints" / "step_00000004").mkdir(parents=True)  # a writer died: no COMPLETE file
     (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
     (tmp_path / "file.txt").write_text("")
     value = value.format(tmp=tmp_path / "file.txt" if problem == "neither a run dir" else tmp_path)
@@ -96,9 +108,18 @@ def test_bad_resume_from_fails_before_any_model_is_built(value, problem, tmp_pat
 
 
 def test_cli_reports_a_bad_resume_from_without_a_traceback(tmp_path):
-    proc = subprocess.run([*rewardflow_cmd(), "experiment=smoke", f"trainer.resume_from={tmp_path / 'nope'}",
-                           f"hydra.run.dir={tmp_path / 'run'}"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            *rewardflow_cmd(),
+            "experiment=smoke",
+            f"trainer.resume_from={tmp_path / 'nope'}",
+            f"hydra.run.dir={tmp_path / 'run'}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "trainer.resume_from=" in proc.stderr and "Traceback" not in proc.stderr
-    assert "trainer.resume_from=" in (tmp_path / "run" / "rewardflow.log").read_text()   # in the run's log too
+    assert "trainer.resume_from=" in (tmp_path / "run" / "rewardflow.log").read_text()  # in the run's log too

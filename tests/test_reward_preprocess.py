@@ -4,6 +4,7 @@ References are independent code run on the same uint8 image: open_clip's eval tr
 (longest side, pad with black) and transformers' PIL CLIP image processor (shortest side, centre crop). Differences
 are what uint8 rounding allows (about 1/255 before normalisation, i.e. ~0.016 after dividing by CLIP's std).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,7 @@ from PIL import Image
 from rewards.preprocess import CLIP_MEAN, CLIP_STD, normalize, resize_longest_and_pad, resize_shortest_and_center_crop
 
 SHAPES = [(96, 64), (64, 96), (300, 200), (32, 32), (100, 256), (1024, 768)]
-UINT8_TOL = 2.5 / 255 / min(CLIP_STD)    # PIL rounds to uint8 after resampling; allow 2.5 levels after normalising
+UINT8_TOL = 2.5 / 255 / min(CLIP_STD)  # PIL rounds to uint8 after resampling; allow 2.5 levels after normalising
 
 
 def smooth_image(h: int, w: int, seed: int = 0) -> torch.Tensor:
@@ -33,16 +34,22 @@ def hps_reference(pil: Image.Image) -> torch.Tensor:
     """HPSv2's eval transform: open_clip's ResizeKeepRatio(longest) + CenterCropOrPad(fill 0) + CLIP mean/std."""
     import open_clip
 
-    return open_clip.image_transform(224, is_train=False, mean=CLIP_MEAN, std=CLIP_STD, resize_mode="longest",
-                                     interpolation="bicubic", fill_color=0)(pil)[None]
+    return open_clip.image_transform(
+        224, is_train=False, mean=CLIP_MEAN, std=CLIP_STD, resize_mode="longest", interpolation="bicubic", fill_color=0
+    )(pil)[None]
 
 
 def hf_clip_reference(pil: Image.Image) -> torch.Tensor:
     """The transformers PIL image processor with the CLIP-H / ViT-L/14 settings."""
     from transformers import CLIPImageProcessorPil
 
-    proc = CLIPImageProcessorPil(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224},
-                                 resample=3, image_mean=CLIP_MEAN, image_std=CLIP_STD)
+    proc = CLIPImageProcessorPil(
+        size={"shortest_edge": 224},
+        crop_size={"height": 224, "width": 224},
+        resample=3,
+        image_mean=CLIP_MEAN,
+        image_std=CLIP_STD,
+    )
     return torch.from_numpy(np.asarray(proc(images=[pil], return_tensors="np")["pixel_values"]))
 
 
@@ -53,10 +60,11 @@ def test_hps_preprocessing_matches_hpsv2_eval_transform(h, w):
     assert ours.shape == ref.shape == (1, 3, 224, 224)
     diff = (ours - ref).abs()
     assert diff.max() < UINT8_TOL and diff.mean() < 0.01, (float(diff.max()), float(diff.mean()))
-    if h != w:   # padded with black (before normalisation), not cropped
+    if h != w:  # padded with black (before normalisation), not cropped
         black = normalize(torch.zeros(1, 3, 1, 1))
         assert torch.allclose(ours[..., 0, 0], black[..., 0, 0], atol=1e-6) or torch.allclose(
-            ours[..., -1, -1], black[..., 0, 0], atol=1e-6)
+            ours[..., -1, -1], black[..., 0, 0], atol=1e-6
+        )
 
 
 @pytest.mark.parametrize("h,w", SHAPES)
@@ -73,13 +81,15 @@ def test_the_references_tell_pad_from_crop():
     img = smooth_image(300, 200, seed=2)
     wrong = normalize(resize_shortest_and_center_crop(img, 224, (224, 224)))
     assert (wrong - hps_reference(to_pil(img))).abs().mean() > 10 * 0.01
-    naive = normalize(F.interpolate(img, size=(224, 224), mode="bicubic"))     # squash, a = -0.75, no antialias
+    naive = normalize(F.interpolate(img, size=(224, 224), mode="bicubic"))  # squash, a = -0.75, no antialias
     assert (naive - hf_clip_reference(to_pil(img))).abs().max() > UINT8_TOL
 
 
 def test_preprocessing_is_differentiable():
     img = smooth_image(96, 64).requires_grad_(True)
-    out = normalize(resize_longest_and_pad(img, 224)).square().sum() + \
-        normalize(resize_shortest_and_center_crop(img, 224, (224, 224))).square().sum()
+    out = (
+        normalize(resize_longest_and_pad(img, 224)).square().sum()
+        + normalize(resize_shortest_and_center_crop(img, 224, (224, 224))).square().sum()
+    )
     out.backward()
     assert torch.isfinite(img.grad).all() and img.grad.abs().sum() > 0

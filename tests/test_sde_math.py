@@ -1,5 +1,6 @@
 """docs/methods/grpo_baselines.md#tested-invariants, items 1-3: the unified SDE step against both repos' code
 forms, schedules, rho = 1."""
+
 from __future__ import annotations
 
 import math
@@ -11,9 +12,7 @@ from methods.schedule import linear_shift_sigmas, quantize_model_time, time_shif
 from methods.sde import FlowSDEScheduler, gaussian_log_prob
 from models.sigma_grids import static_shift_sigmas
 
-
-
-pytestmark = pytest.mark.usefixtures("float64")   # the documented invariants, in float64 (conftest)
+pytestmark = pytest.mark.usefixtures("float64")  # the documented invariants, in float64 (conftest)
 
 
 def dance_flux_step(x, v, sigma, sigma_next, eta, noise):
@@ -26,7 +25,7 @@ def dance_flux_step(x, v, sigma, sigma_next, eta, noise):
     log_term = -0.5 * eta**2 * score
     mean = mean + log_term * dsigma
     prev = mean + noise * std
-    logp = (-((prev - mean) ** 2) / (2 * std**2) - math.log(std) - math.log(math.sqrt(2 * math.pi)))
+    logp = -((prev - mean) ** 2) / (2 * std**2) - math.log(std) - math.log(math.sqrt(2 * math.pi))
     return prev, mean, std, logp.flatten(1).mean(1)
 
 
@@ -99,8 +98,30 @@ def test_schedules():
         assert (sig[1:] < sig[:-1]).all()
         torch.testing.assert_close(sig, time_shift(1 - torch.arange(n + 1) / n, s))
     # the N=21, S=3 table of docs/methods/grpo_baselines.md#sigma-schedules
-    expected = [1.0, .9836, .9661, .9474, .9273, .9057, .8824, .8571, .8298, .8, .7674, .7317, .6923, .6486, .6,
-                .5455, .4839, .4138, .3333, .24, .1304, 0.0]
+    expected = [
+        1.0,
+        0.9836,
+        0.9661,
+        0.9474,
+        0.9273,
+        0.9057,
+        0.8824,
+        0.8571,
+        0.8298,
+        0.8,
+        0.7674,
+        0.7317,
+        0.6923,
+        0.6486,
+        0.6,
+        0.5455,
+        0.4839,
+        0.4138,
+        0.3333,
+        0.24,
+        0.1304,
+        0.0,
+    ]
     torch.testing.assert_close(linear_shift_sigmas(21, 3.0), torch.tensor(expected), atol=5e-5, rtol=0)
     sch = static_shift_sigmas(10, 3.0)
     assert sch[0] == 1.0 and sch[-1] == 0.0 and (sch[1:] < sch[:-1]).all()
@@ -117,7 +138,10 @@ def test_fresh_recompute_gives_ratio_one():
     sde = FlowSDEScheduler(linear_shift_sigmas(6, 3.0), "dance", 0.3)
     x = torch.randn(4, 8, dtype=torch.float32)
     idx = torch.full((4,), 2)
-    inp = lambda: torch.cat([x, sde.sigma(idx).float()[:, None]], 1)
+
+    def inp():
+        return torch.cat([x, sde.sigma(idx).float()[:, None]], 1)
+
     with torch.no_grad():
         out = sde.step(x, net(inp()), idx, generator=torch.Generator().manual_seed(1))
     logp, _ = sde.log_prob(out.prev_sample, x, net(inp()), idx)

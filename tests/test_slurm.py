@@ -1,6 +1,7 @@
 """The launcher on a real SLURM cluster (scripts/slurm_cluster.sh up), one node per job (either node of the test
 cluster): sweeps of multi-rank FSDP2 jobs, preemption and time-limit requeues that resume bitwise, and a dying rank
 that fails its job promptly. Jobs across nodes: tests/test_slurm_multinode.py."""
+
 from __future__ import annotations
 
 import os
@@ -11,23 +12,47 @@ import time
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from slurm_support import (LONG, SLURM, SMALL, assert_same_as_reference, job_dirs, rows, run, slurm_up, wait_for_step,
-                           wandb_steps)
+from slurm_support import (
+    LONG,
+    SLURM,
+    SMALL,
+    assert_same_as_reference,
+    job_dirs,
+    rows,
+    run,
+    slurm_up,
+    wait_for_step,
+    wandb_steps,
+)
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not slurm_up(), reason="no SLURM cluster: `bash scripts/slurm_cluster.sh up` (root, Debian; scripts/test.sh "
-                           "does it) starts one")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not slurm_up(),
+        reason="no SLURM cluster: `bash scripts/slurm_cluster.sh up` (root, Debian; scripts/test.sh "
+        "does it) starts one",
+    ),
+]
 
 
 def test_two_method_sweep_of_two_rank_fsdp2_jobs(tmp_path):
-    proc = run(["-m", *SLURM, "method=dance_grpo,flow_grpo_fast", "model=tiny_flux", "trainer.steps=3",
-                f"output_root={tmp_path}"], timeout=600)
+    proc = run(
+        [
+            "-m",
+            *SLURM,
+            "method=dance_grpo,flow_grpo_fast",
+            "model=tiny_flux",
+            "trainer.steps=3",
+            f"output_root={tmp_path}",
+        ],
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = job_dirs(tmp_path)
     assert len(jobs) == 2
     for job in jobs:
         log = (job / "rewardflow.log").read_text()
-        assert "rank 1/2" in log and "on 2 rank(s)" in log          # 2 FSDP2 ranks over gloo
+        assert "rank 1/2" in log and "on 2 rank(s)" in log  # 2 FSDP2 ranks over gloo
         ids, steps = wandb_steps(job)
         assert len(ids) == 1 and steps == [0, 1, 2]
         assert [r["step"] for r in rows(job) if "reward/mean" in r] == [0, 1, 2]
@@ -39,12 +64,17 @@ def test_preempted_job_is_requeued_and_resumes_bitwise(tmp_path, slurm_reference
     import submitit
 
     with open(tmp_path / "stdout", "w") as out, open(tmp_path / "stderr", "w") as err:
-        proc = subprocess.Popen([*rewardflow_cmd(), "-m", *SLURM, *LONG, f"output_root={tmp_path}"], cwd=ROOT,
-                                stdout=out, stderr=err, text=True)
-    job = wait_for_step(tmp_path, 70, proc)                          # after the step-49 checkpoint
+        proc = subprocess.Popen(
+            [*rewardflow_cmd(), "-m", *SLURM, *LONG, f"output_root={tmp_path}"],
+            cwd=ROOT,
+            stdout=out,
+            stderr=err,
+            text=True,
+        )
+    job = wait_for_step(tmp_path, 70, proc)  # after the step-49 checkpoint
     ids = sorted(p.name for p in (job.parent / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
-    job_id = ids[-1]                                # "<id>" for a single job, "<array id>_<index>" in an array
-    submitit.SlurmJob(folder=job.parent / ".submitit" / "%j", job_id=job_id)._interrupt()   # SIGTERM then USR2
+    job_id = ids[-1]  # "<id>" for a single job, "<array id>_<index>" in an array
+    submitit.SlurmJob(folder=job.parent / ".submitit" / "%j", job_id=job_id)._interrupt()  # SIGTERM then USR2
     proc.wait(timeout=600)
     assert proc.returncode == 0, (tmp_path / "stderr").read_text()[-3000:]
     log = (job / "rewardflow.log").read_text()
@@ -56,8 +86,19 @@ def test_time_limit_requeues_until_done_and_resumes_bitwise(tmp_path, slurm_refe
     # 1-minute jobs with the signal 30 s before the limit: the run needs more than one allocation
     # SLURM signals a 1-minute job 0-30 s after it starts (it checks limits every 30 s); on a time-limit signal the
     # trainer keeps going for half of signal_delay_s, then checkpoints and requeues. 100 steps need several jobs.
-    proc = run(["-m", *SLURM, *SMALL, "trainer.steps=100", "trainer.ckpt_every=50", "cluster.timeout_min=1",
-                "cluster.signal_delay_s=30", f"output_root={tmp_path}"], timeout=1200)
+    proc = run(
+        [
+            "-m",
+            *SLURM,
+            *SMALL,
+            "trainer.steps=100",
+            "trainer.ckpt_every=50",
+            "cluster.timeout_min=1",
+            "cluster.signal_delay_s=30",
+            f"output_root={tmp_path}",
+        ],
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = job_dirs(tmp_path)[0]
     assert (job / "rewardflow.log").read_text().count("resuming at step") >= 1
@@ -66,9 +107,18 @@ def test_time_limit_requeues_until_done_and_resumes_bitwise(tmp_path, slurm_refe
 
 def test_a_dying_rank_fails_the_job_promptly_and_the_sweep_reports_it(tmp_path):
     t0 = time.monotonic()
-    proc = run(["-m", *SLURM, *SMALL, "trainer.steps=20", "method._target_=slurm_faults.CrashOnRank1",
-                f"output_root={tmp_path}"], timeout=600,
-               env_extra={"PYTHONPATH": f"{ROOT / 'tests'}:{os.environ.get('PYTHONPATH', '')}"})
+    proc = run(
+        [
+            "-m",
+            *SLURM,
+            *SMALL,
+            "trainer.steps=20",
+            "method._target_=slurm_faults.CrashOnRank1",
+            f"output_root={tmp_path}",
+        ],
+        timeout=600,
+        env_extra={"PYTHONPATH": f"{ROOT / 'tests'}:{os.environ.get('PYTHONPATH', '')}"},
+    )
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0
     assert "rank 1 crashed on purpose" in proc.stdout + proc.stderr

@@ -1,5 +1,6 @@
 """``cluster.wait=false`` submits and returns; ``rewardflow-status`` follows the jobs to their end (issue 16;
 docs/clusters.md#fire-and-forget). Needs the local SLURM cluster (`bash scripts/slurm_cluster.sh up`)."""
+
 from __future__ import annotations
 
 import re
@@ -12,13 +13,20 @@ import pytest
 from conftest import ROOT
 from slurm_support import SLURM, SMALL, run, slurm_up
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    not slurm_up(), reason="no SLURM cluster: `bash scripts/slurm_cluster.sh up` (root, Debian)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not slurm_up(), reason="no SLURM cluster: `bash scripts/slurm_cluster.sh up` (root, Debian)"),
+]
 
 
 def status(sweep) -> list[str]:
-    proc = subprocess.run([sys.executable, "-m", "launcher.sweep_status", str(sweep)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher.sweep_status", str(sweep)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     return proc.stdout.splitlines()
 
@@ -26,16 +34,27 @@ def status(sweep) -> list[str]:
 def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
     sweep = tmp_path / "sweep"
     start = time.monotonic()
-    proc = run([*SLURM, *SMALL, "cluster.wait=false", "trainer.steps=4", "logger=none",
-                "reward._target_=rewards.color.ColorReward,fault_rewards.BrokenScorer", f"hydra.sweep.dir={sweep}"],
-               timeout=120, env_extra={"PYTHONPATH": str(ROOT / "tests")})
+    proc = run(
+        [
+            *SLURM,
+            *SMALL,
+            "cluster.wait=false",
+            "trainer.steps=4",
+            "logger=none",
+            "reward._target_=rewards.color.ColorReward,fault_rewards.BrokenScorer",
+            f"hydra.sweep.dir={sweep}",
+        ],
+        timeout=120,
+        env_extra={"PYTHONPATH": str(ROOT / "tests")},
+    )
     returned_after = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert returned_after < 30, f"the submit command took {returned_after:.1f} s"
     ids = re.search(r"submitted 2 SLURM job\(s\): (\S+), (\S+)", proc.stdout).groups()
     assert f"sweep dir: {sweep}" in proc.stdout and f"rewardflow-status {sweep}" in proc.stdout
-    live = subprocess.run(["squeue", "--noheader", "--format=%i", f"--jobs={','.join(ids)}"], capture_output=True,
-                          text=True).stdout.split()
+    live = subprocess.run(
+        ["squeue", "--noheader", "--format=%i", f"--jobs={','.join(ids)}"], capture_output=True, text=True
+    ).stdout.split()
     assert live, "the jobs ended before the submit command returned: nothing was left running in the background"
 
     seen, deadline = [], time.monotonic() + 600
@@ -48,6 +67,9 @@ def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
     good, broken = seen[-1]
     assert good.split()[1] == ids[0] and "done (step 4 of 4)" in good and "rewards.color.ColorReward" in good
     assert " failed (" in broken and "RuntimeError: BrokenScorer: scoring failed on purpose" in broken
-    states = {re.sub(r"\s*\[.*", "", line.split(maxsplit=2)[2]).split(" (")[0].split(" step")[0]
-              for lines in seen for line in lines}
-    assert states & {"queued", "running"}, seen           # followed while the jobs were still going
+    states = {
+        re.sub(r"\s*\[.*", "", line.split(maxsplit=2)[2]).split(" (")[0].split(" step")[0]
+        for lines in seen
+        for line in lines
+    }
+    assert states & {"queued", "running"}, seen  # followed while the jobs were still going

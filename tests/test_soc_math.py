@@ -1,4 +1,5 @@
 """The shared SOC math of Adjoint Matching and EAM in float64 (docs/methods/eam.md#tested-invariants, items 1-8)."""
+
 from __future__ import annotations
 
 import math
@@ -12,14 +13,19 @@ from methods.lean_adjoint import LeanAdjointSolver
 from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import MemorylessSchedule, denoised, score_from_velocity
 from methods.terminal_score import smoothing_std, tweedie_naive_score, tweedie_shrink_score
-from methods.time_convention import (DEFAULT_CONVENTION, SigmaConvention, register_time_convention,
-                                     time_convention, velocity_am)
+from methods.time_convention import (
+    DEFAULT_CONVENTION,
+    SigmaConvention,
+    register_time_convention,
+    time_convention,
+    velocity_am,
+)
 from models.toy_gaussian import ToyGaussianBackbone, gaussian_score, gaussian_velocity_am
 from models.toy_gaussian_config import ToyGaussianModelConfig
 from rewards.gaussian_tilt import GaussianTiltReward
 from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
-pytestmark = pytest.mark.usefixtures("float64")   # the documented invariants, in float64 (conftest)
+pytestmark = pytest.mark.usefixtures("float64")  # the documented invariants, in float64 (conftest)
 
 
 def toy(mu0, var0, dim=3, **kw) -> ToyGaussianBackbone:
@@ -33,6 +39,7 @@ def pre_velocity(bb: ToyGaussianBackbone):
     def v(x, t):
         with bb.reference():
             return velocity_am(bb, x, t, PromptRepeat(emb, x.shape[0]))
+
     return v
 
 
@@ -77,10 +84,11 @@ def test_linear_base_variance_ode_and_velocity(c):
     assert torch.allclose(base.drift_coef(t), 2 * base.velocity_coef(t) - s.kappa(t), atol=1e-12)
     # v_c is the rectified-flow velocity of N(0, c^2)
     x = torch.randn(99, 3, generator=torch.Generator().manual_seed(1))
-    assert torch.allclose(base.velocity(x, t), gaussian_velocity_am(x, t, torch.zeros(3), torch.full((3,), c * c)),
-                          atol=1e-12)
+    assert torch.allclose(
+        base.velocity(x, t), gaussian_velocity_am(x, t, torch.zeros(3), torch.full((3,), c * c)), atol=1e-12
+    )
     if c == 1.0:
-        assert torch.allclose(base.drift_coef(t), (2 * t ** 2 - 1) / (t * (2 * t ** 2 - 2 * t + 1)), atol=1e-12)
+        assert torch.allclose(base.drift_coef(t), (2 * t**2 - 1) / (t * (2 * t**2 - 2 * t + 1)), atol=1e-12)
         assert float(base.drift_coef(torch.ones(1))) == pytest.approx(1.0)
 
 
@@ -89,8 +97,8 @@ def rk4_backward_adjoint(d_coef, t_end: float, n: int = 20000) -> float:
     """Integrate a' = -D(t) a from a(1) = 1 down to t_end with classical RK4 (scalar, float64)."""
     a, t = 1.0, 1.0
     h = (1.0 - t_end) / n
-    f = lambda tt, aa: -float(d_coef(torch.tensor([tt]))) * aa   # noqa: E731
-    for _ in range(n):                                            # backward: dt = -h
+    f = lambda tt, aa: -float(d_coef(torch.tensor([tt]))) * aa  # noqa: E731
+    for _ in range(n):  # backward: dt = -h
         k1 = f(t, a)
         k2 = f(t - h / 2, a - h / 2 * k1)
         k3 = f(t - h / 2, a - h / 2 * k2)
@@ -120,7 +128,7 @@ def test_am_vjp_lean_adjoint_solver_reproduces_the_closed_form():
     base = LinearMemorylessBase(math.sqrt(c2))
     bb = toy(0.0, c2)
     v = pre_velocity(bb)
-    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(2))   # states do not matter: the drift is linear
+    x = torch.randn(4, 3, generator=torch.Generator().manual_seed(2))  # states do not matter: the drift is linear
     a1 = torch.randn(4, 3, generator=torch.Generator().manual_seed(3))
     solver = LeanAdjointSolver(MemorylessSchedule(offset=0.0))
     t0 = 0.05
@@ -128,14 +136,16 @@ def test_am_vjp_lean_adjoint_solver_reproduces_the_closed_form():
     for k in (100, 200, 400):
         ts = t0 + (1 - t0) * torch.arange(k + 1) / k
 
-        def vjp(i, a):
+        def vjp(i, a, ts=ts):
             xi = x.clone().requires_grad_(True)
             with torch.enable_grad():
                 out = v(xi, ts[i].expand(4))
                 return torch.autograd.grad(out, xi, grad_outputs=a)[0]
+
         adj = solver.solve(vjp, ts, a1)
-        exact = closed_form_adjoint(base, a1[:, None].expand(-1, k + 1, -1).reshape(-1, 3),
-                                    ts.repeat(4)).view(4, k + 1, 3)
+        exact = closed_form_adjoint(base, a1[:, None].expand(-1, k + 1, -1).reshape(-1, 3), ts.repeat(4)).view(
+            4, k + 1, 3
+        )
         errors.append(float((adj - exact).abs().max()))
     assert errors[-1] < 2e-2
     assert errors[0] / errors[1] == pytest.approx(2.0, rel=0.1) and errors[1] / errors[2] == pytest.approx(2.0, rel=0.1)
@@ -149,7 +159,7 @@ def test_kernel_has_the_base_marginal_and_the_base_bridge():
     n = 20000
     # exact moments: t^2 c^2 + (1 - t)^2 = m_t
     mean, std = BridgeKernel.mean_std(torch.ones(5, 1), T)
-    assert torch.allclose(T ** 2 * c2 + std ** 2, base.m(T), atol=1e-14)
+    assert torch.allclose(T**2 * c2 + std**2, base.m(T), atol=1e-14)
     assert torch.allclose(mean.flatten(), T)
     # Monte Carlo: X_1 ~ N(0, c^2), X_t ~ q_t(. | X_1) has variance m_t
     x1 = math.sqrt(c2) * torch.randn(n, 1, generator=gen)
@@ -192,11 +202,13 @@ def test_delta_shrink_terminal_score_is_the_smoothed_analytic_score(delta, expec
     smoothed = -(x1 - mu0) / (var0 + tau2)
     shrink = tweedie_shrink_score(pre_velocity(bb), x1, delta)
     assert torch.allclose(shrink, smoothed, atol=1e-10)
-    assert float(shrink[0, 0]) == pytest.approx(expected, abs=5e-3) and float(shrink[1, 0]) == pytest.approx(0, abs=1e-9)
+    assert float(shrink[0, 0]) == pytest.approx(expected, abs=5e-3) and float(shrink[1, 0]) == pytest.approx(
+        0, abs=1e-9
+    )
     naive = tweedie_naive_score(pre_velocity(bb), x1, delta)
     assert float((naive - smoothed).abs().max()) > 0.25
     # the smoothed score tends to the exact one (4, 0, -4) as delta -> 0
-    assert float((shrink - (-(x1 - mu0) / var0)).abs().max()) < 2 * tau2 / var0 ** 2 * 0.2 + 1e-9
+    assert float((shrink - (-(x1 - mu0) / var0)).abs().max()) < 2 * tau2 / var0**2 * 0.2 + 1e-9
 
 
 # ------------------------------------------------------------------------ invariants 4-5: the regression target
@@ -234,7 +246,7 @@ def test_eam_target_is_unbiased_at_the_optimum():
         a = torch.stack([xt.flatten(), torch.ones(n)], 1)
         slope, icpt = torch.linalg.lstsq(a, tgt).solution.flatten().tolist()
         # v*(x) = mu* + V'/(2V) (x - t mu*)
-        vt = t ** 2 * var_s + (1 - t) ** 2
+        vt = t**2 * var_s + (1 - t) ** 2
         k = (2 * t * var_s - 2 * (1 - t)) / (2 * vt)
         assert slope == pytest.approx(k, abs=0.01)
         assert icpt == pytest.approx(mu_s - k * t * mu_s, abs=0.01)
@@ -249,14 +261,15 @@ def test_eam_target_is_pointwise_exact_for_a_gaussian_base_model():
     x1 = c * torch.randn(64, 3, generator=gen)
     t = torch.rand(64, generator=gen)
     xt = BridgeKernel.sample(x1, t, torch.randn(64, 3, generator=gen))
-    grad_g = corrected_terminal_grad(base, x1, torch.zeros_like(x1), -x1 / c ** 2, 0.0)
+    grad_g = corrected_terminal_grad(base, x1, torch.zeros_like(x1), -x1 / c**2, 0.0)
     assert torch.allclose(velocity_target(base, xt, t, grad_g), base.velocity(xt, t), atol=1e-14)
     delta = 0.02
     est = tweedie_shrink_score(pre_velocity(toy(0.0, c * c)), x1, delta)
-    resid = velocity_target(base, xt, t, corrected_terminal_grad(base, x1, torch.zeros_like(x1), est, 0.0)) \
-        - base.velocity(xt, t)
+    resid = velocity_target(
+        base, xt, t, corrected_terminal_grad(base, x1, torch.zeros_like(x1), est, 0.0)
+    ) - base.velocity(xt, t)
     tau2 = smoothing_std(delta) ** 2
-    assert float(resid.abs().max()) < 2 * tau2 / c ** 4 * float(x1.abs().max()) + 1e-12
+    assert float(resid.abs().max()) < 2 * tau2 / c**4 * float(x1.abs().max()) + 1e-12
 
 
 def test_am_adjoint_sign_points_the_control_along_the_reward():
@@ -276,15 +289,17 @@ def test_time_convention_adapter():
     x = torch.randn(5, 3, generator=torch.Generator().manual_seed(7))
     assert time_convention(bb) is DEFAULT_CONVENTION
     v = velocity_am(bb, x, T, emb)
-    assert torch.allclose(v, gaussian_velocity_am(x, T, mu, var), atol=1e-14)            # the analytic v
-    assert torch.allclose(v, -bb.velocity(x, 1 - T, emb), atol=0)                        # = -model(x, sigma = 1 - t)
-    assert torch.allclose(score_from_velocity(v, x, T), -(x - T[:, None] * mu) / (T[:, None] ** 2 * var
-                                                                                  + (1 - T[:, None]) ** 2))
+    assert torch.allclose(v, gaussian_velocity_am(x, T, mu, var), atol=1e-14)  # the analytic v
+    assert torch.allclose(v, -bb.velocity(x, 1 - T, emb), atol=0)  # = -model(x, sigma = 1 - t)
+    assert torch.allclose(
+        score_from_velocity(v, x, T), -(x - T[:, None] * mu) / (T[:, None] ** 2 * var + (1 - T[:, None]) ** 2)
+    )
     # one diffusers Euler step x + (sigma_next - sigma) out equals x + h v_AM
     sigma, sigma_next = 1 - T, 1 - T - 0.01
     out = bb.velocity(x, sigma, emb)
-    assert torch.allclose(x + (sigma_next - sigma)[:, None] * out,
-                          DEFAULT_CONVENTION.euler_step(x, v, T, T + 0.01), atol=1e-14)
+    assert torch.allclose(
+        x + (sigma_next - sigma)[:, None] * out, DEFAULT_CONVENTION.euler_step(x, v, T, T + 0.01), atol=1e-14
+    )
 
     # a family overrides the adapter by registering it (class or dotted name); subclasses inherit it
     class Shifted(SigmaConvention):

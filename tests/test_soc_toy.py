@@ -31,6 +31,7 @@ implied scale lands within 1.5% on seeds 0-2. The naive Tweedie estimator's bias
 -0.02 on a mean at delta = 0.02, within that noise), so the estimators are compared at delta = 0.1, where the naive
 one misses by ~0.1 and ``tweedie_shrink`` is still exact for its own target.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,8 +48,8 @@ pytestmark = pytest.mark.slow
 SEEDS = (0, 1, 2)
 SAMPLES = 20000
 TOL = {"eam": (0.02, 0.015), "eam_preset": (0.04, 0.04), "adjoint_matching": (0.07, 0.05)}
-SCALE_TOL = 0.05                                          # |implied lambda / lambda - 1|
-PRECISE = ("trainer.steps=300", "optimizer.lr=1e-3")      # EAM's settings in this test (module docstring)
+SCALE_TOL = 0.05  # |implied lambda / lambda - 1|
+PRECISE = ("trainer.steps=300", "optimizer.lr=1e-3")  # EAM's settings in this test (module docstring)
 
 
 @pytest.fixture(autouse=True)
@@ -61,18 +62,26 @@ def restore_threads():
 
 @dataclass
 class Measured:
-    mean: torch.Tensor             # sample mean and variance of the trained model
+    mean: torch.Tensor  # sample mean and variance of the trained model
     var: torch.Tensor
-    dmean: torch.Tensor            # minus the target's, on common random numbers
+    dmean: torch.Tensor  # minus the target's, on common random numbers
     dvar: torch.Tensor
-    scale_ratio: float             # implied lambda / lambda
+    scale_ratio: float  # implied lambda / lambda
     target: tuple[torch.Tensor, torch.Tensor]
     untilted: tuple[torch.Tensor, torch.Tensor]
 
 
 def train_toy(tmp_path, experiment: str, seed: int, *extra: str) -> Trainer:
-    cfg = compose([f"experiment={experiment}", "logger=none", "trainer.progress=false", f"trainer.seed={seed}",
-                   f"model.seed={seed}", *extra])
+    cfg = compose(
+        [
+            f"experiment={experiment}",
+            "logger=none",
+            "trainer.progress=false",
+            f"trainer.seed={seed}",
+            f"model.seed={seed}",
+            *extra,
+        ]
+    )
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     trainer.fit()
     return trainer
@@ -100,9 +109,11 @@ def measure(trainer: Trainer, seed: int, reward_scale: float | None = None) -> M
 def failures(name: str, r: Measured, tol: tuple[float, float], scale_tol: float | None = None) -> list[str]:
     """What is wrong with ``r`` (empty: it passes)."""
     (mu_t, var_t), (mu0, var0) = r.target, r.untilted
-    print(f"\n{name}: mean {r.mean.tolist()} (target {mu_t.tolist()}), var {r.var.tolist()} (target {var_t.tolist()}); "
-          f"max |dmean| {float(r.dmean.abs().max()):.4f}, max |dvar| {float(r.dvar.abs().max()):.4f}, implied reward "
-          f"scale x {r.scale_ratio:.4f}")
+    print(
+        f"\n{name}: mean {r.mean.tolist()} (target {mu_t.tolist()}), var {r.var.tolist()} (target {var_t.tolist()}); "
+        f"max |dmean| {float(r.dmean.abs().max()):.4f}, max |dvar| {float(r.dvar.abs().max()):.4f}, implied reward "
+        f"scale x {r.scale_ratio:.4f}"
+    )
     out = []
     if float(r.dmean.abs().max()) > tol[0]:
         out.append(f"mean off by {r.dmean.tolist()} (tolerance {tol[0]})")
@@ -138,17 +149,21 @@ def test_adjoint_matching_learns_the_tilted_gaussian(seed, tmp_path):
 def test_eam_lora_learns_the_tilted_gaussian(tmp_path):
     """The same through a LoRA adapter (the base is the MLP with the adapter disabled), at the preset's settings."""
     trainer = train_toy(tmp_path, "toy_eam", 0, "model.finetune=lora")
-    assert trainer.backbone.transformer_modules() == [trainer.backbone.transformer]    # no second copy
+    assert trainer.backbone.transformer_modules() == [trainer.backbone.transformer]  # no second copy
     assert all("lora" in n for n, p in trainer.backbone.transformer.named_parameters() if p.requires_grad)
     assert failures("eam lora", measure(trainer, 0), TOL["eam_preset"]) == []
 
 
 # -------------------------------------------------------------------- the check tells wrong variants apart
-@pytest.mark.parametrize("extra,checked_scale,expected", [
-    (("method.reward_scale=0.88",), 0.8, "implied reward scale"),           # trained at 1.1 lambda
-    (("method.reward_scale=0.72",), 0.8, "implied reward scale"),           # trained at 0.9 lambda
-    (("method.terminal_score=tweedie_naive", "method.delta=0.1"), None, "mean off"),
-], ids=["reward_scale+10%", "reward_scale-10%", "naive_tweedie"])
+@pytest.mark.parametrize(
+    "extra,checked_scale,expected",
+    [
+        (("method.reward_scale=0.88",), 0.8, "implied reward scale"),  # trained at 1.1 lambda
+        (("method.reward_scale=0.72",), 0.8, "implied reward scale"),  # trained at 0.9 lambda
+        (("method.terminal_score=tweedie_naive", "method.delta=0.1"), None, "mean off"),
+    ],
+    ids=["reward_scale+10%", "reward_scale-10%", "naive_tweedie"],
+)
 def test_wrong_variants_fail_the_check(tmp_path, extra, checked_scale, expected):
     """Trained with a wrong reward scale, or with the naive Tweedie estimator, the EAM check above fails."""
     trainer = train_toy(tmp_path, "toy_eam", 0, *PRECISE, *extra)
@@ -161,5 +176,7 @@ def test_biased_anchor_variant_misses_the_target(tmp_path):
     toy really tells estimators apart."""
     trainer = train_toy(tmp_path, "toy_eam", 0, "method.terminal_score=anchor")
     r = measure(trainer, 0)
-    print(f"\nanchor: mean {r.mean.tolist()} var {r.var.tolist()} (target {r.target[0].tolist()} / {r.target[1].tolist()})")
+    print(
+        f"\nanchor: mean {r.mean.tolist()} var {r.var.tolist()} (target {r.target[0].tolist()} / {r.target[1].tolist()})"
+    )
     assert float(r.dmean.abs().max()) > 0.08 or float(r.dvar.abs().max()) > 0.08

@@ -1,4 +1,5 @@
 """A real local multirun through the CLI, with real W&B offline files read back (issue 2 acceptance)."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,19 @@ pytestmark = pytest.mark.slow
 
 def test_three_method_sweep_logs_every_metric_to_wandb_offline(tmp_path):
     proc = subprocess.run(
-        [*rewardflow_cmd(), "-m", "method=dance_grpo,flow_grpo,flow_grpo_fast", "trainer.steps=3",
-         f"output_root={tmp_path}", "trainer.progress=false"],
-        cwd=ROOT, capture_output=True, text=True, timeout=900)
+        [
+            *rewardflow_cmd(),
+            "-m",
+            "method=dance_grpo,flow_grpo,flow_grpo_fast",
+            "trainer.steps=3",
+            f"output_root={tmp_path}",
+            "trainer.progress=false",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     sweeps = list((tmp_path / "train" / "multiruns").iterdir())
     assert len(sweeps) == 1

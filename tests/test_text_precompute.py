@@ -2,6 +2,7 @@
 once at start, each of 2 gloo ranks its share, into a cache folder; the conditioning, and the samples, log-probs,
 rewards and gradients of a training step, equal today's on-the-fly encoding; the encoders are freed; a second run
 reuses the folder without any encoder call."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,23 +22,41 @@ def prompt_set(tag: str) -> list[str]:
 def _step(text_encoders: str, run_dir, prompts: list[str]) -> dict:
     from launcher.trainer import RunInfo, Trainer
 
-    cfg = compose(["logger=none", "trainer.sample_every=0", "trainer.threads=1", "model=tiny_qwenimage",
-                   "method=flow_grpo", "method.group_size=2", "method.prompts_per_step=2", "method.update_batch=2",
-                   "method.clip_range=0.5",       # a ratio of 1 +- rounding must not flip a PPO clip
-                   f"model.text_encoders={text_encoders}", "data.prompts=[" + ",".join(prompts) + "]"])
+    cfg = compose(
+        [
+            "logger=none",
+            "trainer.sample_every=0",
+            "trainer.threads=1",
+            "model=tiny_qwenimage",
+            "method=flow_grpo",
+            "method.group_size=2",
+            "method.prompts_per_step=2",
+            "method.update_batch=2",
+            "method.clip_range=0.5",  # a ratio of 1 +- rounding must not flip a PPO clip
+            f"model.text_encoders={text_encoders}",
+            "data.prompts=[" + ",".join(prompts) + "]",
+        ]
+    )
     trainer = Trainer(cfg, RunInfo(run_dir=run_dir))
     bb, method, rank = trainer.backbone, trainer.method, trainer.world.rank
     embeds = bb.encode_prompts(prompts)
     gen = torch.Generator().manual_seed(3 + rank)
-    rollout = method.rollout(trainer.data.batch(0, 2)[rank::trainer.world.world_size], gen)
+    rollout = method.rollout(trainer.data.batch(0, 2)[rank :: trainer.world.world_size], gen)
     method.score(rollout, trainer.reward)
     method.prepare_update(rollout)
     for mb in method.update_plan(rollout, gen)[0]:
         method.backward(rollout, mb, 2)
     grads = {n: p.grad.full_tensor().clone() for n, p in bb.transformer.named_parameters() if p.grad is not None}
     folder = bb._precomputed.folder if bb._precomputed is not None else None
-    return {"embeds": embeds.tensors, "samples": rollout.decode_latents, "log_probs": rollout.log_probs,
-            "rewards": rollout.rewards, "grads": grads, "released": bb._text_encoders is None, "folder": folder}
+    return {
+        "embeds": embeds.tensors,
+        "samples": rollout.decode_latents,
+        "log_probs": rollout.log_probs,
+        "rewards": rollout.rewards,
+        "grads": grads,
+        "released": bb._text_encoders is None,
+        "folder": folder,
+    }
 
 
 def _ranks(rank, world, tmp):
@@ -69,7 +88,7 @@ def close(a, b, what):
 def test_precomputed_text_equals_on_the_fly_encoding_on_two_ranks_and_is_reused(tmp_path):
     results = run_distributed(_ranks, 2, str(tmp_path), timeout=1200)
     folder = results[0][1]["folder"]
-    assert len(list(folder.glob("part-*.safetensors"))) == 2                 # one share per rank
+    assert len(list(folder.glob("part-*.safetensors"))) == 2  # one share per rank
     for today, first, second in results:
         assert first["folder"] == second["folder"] == folder
         assert first["released"] and second["released"] and not today["released"]
@@ -93,5 +112,5 @@ def test_a_prompt_outside_the_precomputed_set_is_refused(tmp_path):
     with pytest.raises(RuntimeError, match="model.text_encoders=offload"):
         bb.encode_prompts(["a prompt never seen"])
     again = FAMILIES["tiny_flux"].build(**settings)
-    assert again.precompute_text(list(reversed(PROMPTS[:2])), cache_dir=tmp_path) is True   # any order: reused
+    assert again.precompute_text(list(reversed(PROMPTS[:2])), cache_dir=tmp_path) is True  # any order: reused
     assert bb._precomputed.folder == again._precomputed.folder and bb._precomputed.folder.parent == tmp_path

@@ -1,4 +1,5 @@
 """End-to-end runs of the shared trainer loop on the tiny Flux twin (in-process, seconds each)."""
+
 from __future__ import annotations
 
 import json
@@ -11,10 +12,27 @@ from launcher.trainer import RunInfo, Trainer, TrainingAborted
 from methods.grpo import GRPO
 from rewards.base import Reward
 
-METRICS = ["step", "reward/mean", "reward/std", "reward/zero_std_frac", "adv/abs_mean", "loss", "policy/clip_frac",
-           "policy/approx_kl", "grad_norm", "lr", "time/rollout_s", "time/reward_s", "time/update_s", "time/step_s",
-           "time/wallclock_s", "time/gpu_hours", "count/transformer_fwd", "count/transformer_bwd"]
-GRPO_ONLY = {"reward/zero_std_frac", "adv/abs_mean", "policy/clip_frac", "policy/approx_kl"}   # advantage/ratio stats
+METRICS = [
+    "step",
+    "reward/mean",
+    "reward/std",
+    "reward/zero_std_frac",
+    "adv/abs_mean",
+    "loss",
+    "policy/clip_frac",
+    "policy/approx_kl",
+    "grad_norm",
+    "lr",
+    "time/rollout_s",
+    "time/reward_s",
+    "time/update_s",
+    "time/step_s",
+    "time/wallclock_s",
+    "time/gpu_hours",
+    "count/transformer_fwd",
+    "count/transformer_bwd",
+]
+GRPO_ONLY = {"reward/zero_std_frac", "adv/abs_mean", "policy/clip_frac", "policy/approx_kl"}  # advantage/ratio stats
 
 
 def run_smoke(tmp_path, overrides):
@@ -51,9 +69,18 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     one full step logs every metric, the transformer passes counted on the model are the ones the method declares
     for its config (``passes_per_sample``) with CFG counted as two evaluations per sample, and a full-fine-tuning
     reference (Flow-GRPO's KL) stays frozen."""
-    extra = ["method.sampling_steps=9"] if method == "jagg" else []      # 8 trained steps: two groups of W = 4
-    cfg = compose(["experiment=smoke", "logger=none", f"method={method}", f"model={model}", "trainer.steps=1",
-                   "trainer.sample_every=1", *extra])
+    extra = ["method.sampling_steps=9"] if method == "jagg" else []  # 8 trained steps: two groups of W = 4
+    cfg = compose(
+        [
+            "experiment=smoke",
+            "logger=none",
+            f"method={method}",
+            f"model={model}",
+            "trainer.steps=1",
+            "trainer.sample_every=1",
+            *extra,
+        ]
+    )
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     bb = trainer.backbone
     ref = [p.detach().clone() for p in bb._reference_model.parameters()] if bb._reference_model is not None else []
@@ -64,8 +91,8 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
     assert not missing, f"{method} x {model}: missing metrics {missing}"
     assert row["health/skipped_updates"] == 0
     assert any(not torch.equal(p, q) for p, q in zip(trainer.params, before))
-    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1              # after the method is built (NFT: no CFG)
-    b = 4                                                # smoke: 2 prompts x 2 generations
+    cfg_factor = 2 if getattr(bb, "do_cfg", False) else 1  # after the method is built (NFT: no CFG)
+    b = 4  # smoke: 2 prompts x 2 generations
     fwd, bwd = type(trainer.method).passes_per_sample(trainer.method.cfg)
     assert (row["count/transformer_fwd"], row["count/transformer_bwd"]) == (cfg_factor * b * fwd, cfg_factor * b * bwd)
     assert all(torch.equal(p, q) for p, q in zip(bb._reference_model.parameters(), ref)) if ref else True
@@ -75,14 +102,14 @@ def test_each_method_runs_a_step_on_every_tiny_twin(method, model, tmp_path):
 def test_transformer_pass_counts_follow_the_trained_step_rule(tmp_path):
     """Counters on the model: rollout = B x N forwards; update = one forward + backward per trained transition."""
     _, dance = run_smoke(tmp_path / "d", ["method=dance_grpo"])
-    b, n = 4, 6                                          # smoke: 2 prompts x 2 generations, 6 steps
-    trained = int(0.6 * (n - 1))                         # DanceGRPO: floor(0.6 (N - 1)) random transitions
+    b, n = 4, 6  # smoke: 2 prompts x 2 generations, 6 steps
+    trained = int(0.6 * (n - 1))  # DanceGRPO: floor(0.6 (N - 1)) random transitions
     assert dance[0]["count/transformer_fwd"] == b * n + b * trained
     assert dance[0]["count/transformer_bwd"] == b * trained
     _, fast = run_smoke(tmp_path / "f", ["method=flow_grpo_fast", "method.window_range=[0,4]"])
-    assert fast[0]["count/transformer_bwd"] == b * 2     # window of 2 SDE steps
+    assert fast[0]["count/transformer_bwd"] == b * 2  # window of 2 SDE steps
     _, flow = run_smoke(tmp_path / "g", ["method=flow_grpo", "method.kl_beta=0.1"])
-    t = int(0.99 * n)                                    # Flow-GRPO trains N - 1 steps; KL adds a reference forward
+    t = int(0.99 * n)  # Flow-GRPO trains N - 1 steps; KL adds a reference forward
     assert flow[0]["count/transformer_fwd"] == b * n + 2 * b * t and flow[0]["count/transformer_bwd"] == b * t
     assert "policy/kl_ref" in flow[0]
 
@@ -96,7 +123,7 @@ def test_lora_finetune_trains_only_the_adapter(tmp_path):
     changed = {k for k, v in named.items() if not torch.equal(v, before[k])}
     assert changed and all("lora" in k for k in changed)
     assert all(not v.requires_grad for k, v in named.items() if "lora" not in k)
-    exported = json.loads((tmp_path / "export" / "rewardflow_export.json").read_text())   # trainer.export
+    exported = json.loads((tmp_path / "export" / "rewardflow_export.json").read_text())  # trainer.export
     assert exported["finetune"] == "lora" and (tmp_path / "export" / "pytorch_lora_weights.safetensors").exists()
 
 
@@ -111,6 +138,7 @@ def test_full_finetune_exports_a_transformer_diffusers_loads(tmp_path):
 
 class NaNReward(Reward):
     """Returns NaN for the first ``bad`` calls, then a finite score."""
+
     calls = 0
     bad = 10**9
 
@@ -125,15 +153,22 @@ def test_nonfinite_rewards_skip_updates_then_abort(tmp_path):
     cfg = compose(["experiment=smoke", "logger=none", f"reward._target_={__name__}.NaNReward"])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path / "one"))
     params = [p.detach().clone() for p in trainer.params]
-    trainer.train_step(0)                                # NaN: no optimizer step
+    trainer.train_step(0)  # NaN: no optimizer step
     assert all(torch.equal(p, q) for p, q in zip(trainer.params, params))
     assert trainer.logger.history[-1]["health/skipped_updates"] == 1
-    trainer.train_step(1)                                # finite again: trains, streak resets
+    trainer.train_step(1)  # finite again: trains, streak resets
     assert trainer.logger.history[-1]["health/skipped_updates"] == 0 and trainer.nonfinite_in_a_row == 0
 
     NaNReward.calls, NaNReward.bad = 0, 10**9
-    cfg = compose(["experiment=smoke", "logger=none", f"reward._target_={__name__}.NaNReward",
-                   "trainer.max_nonfinite_in_a_row=2", "trainer.steps=5"])
+    cfg = compose(
+        [
+            "experiment=smoke",
+            "logger=none",
+            f"reward._target_={__name__}.NaNReward",
+            "trainer.max_nonfinite_in_a_row=2",
+            "trainer.steps=5",
+        ]
+    )
     with pytest.raises(TrainingAborted, match="2 steps in a row"):
         Trainer(cfg, RunInfo(run_dir=tmp_path / "abort")).fit()
 
@@ -146,8 +181,9 @@ def test_nonfinite_loss_skips_the_optimizer_step(tmp_path, monkeypatch):
     def nan_loss(*a, **k):
         loss, stats = original(*a, **k)
         return loss * float("nan"), stats
+
     monkeypatch.setattr(trainer.method, "step_loss", nan_loss)
     params = [p.detach().clone() for p in trainer.params]
     trainer.train_step(0)
     assert all(torch.equal(p, q) for p, q in zip(trainer.params, params))
-    assert trainer.logger.history[-1]["health/skipped_updates"] == 2     # both DanceGRPO updates skipped
+    assert trainer.logger.history[-1]["health/skipped_updates"] == 2  # both DanceGRPO updates skipped

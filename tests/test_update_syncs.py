@@ -2,6 +2,7 @@
 method reads tensors back to the host at most 3 times per optimizer update (the joint skip decision with the
 gradient norm, and the step's statistics once), counted by wrapping ``Tensor.item``, ``__float__``, ``tolist``,
 ``.cpu()`` and the other read-backs while the updates run (launcher/host_syncs.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,17 @@ METHODS = {
 
 @pytest.mark.parametrize("name", list(METHODS))
 def test_host_syncs_per_update_are_bounded(name, tmp_path):
-    cfg = compose(["experiment=smoke", "logger=none", *METHODS[name], "method.group_size=2",
-                   "method.prompts_per_step=2", "method.updates_per_rollout=2", "method.update_batch=2"])
+    cfg = compose(
+        [
+            "experiment=smoke",
+            "logger=none",
+            *METHODS[name],
+            "method.group_size=2",
+            "method.prompts_per_step=2",
+            "method.updates_per_rollout=2",
+            "method.update_batch=2",
+        ]
+    )
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
     counts = []
     run = trainer.updates.run
@@ -36,10 +46,11 @@ def test_host_syncs_per_update_are_bounded(name, tmp_path):
             out = run(rollout, generator)
         counts.append(syncs)
         return out
+
     trainer.updates.run = counted
     metrics = trainer.train_step(0)
     assert metrics["health/skipped_updates"] == 0 and "loss" in metrics
     (syncs,) = counts
     per_update = syncs.total / 2
     assert per_update <= MAX_SYNCS_PER_UPDATE, dict(syncs.sites)
-    assert syncs.total >= 2               # the decisions themselves are read (the counter sees them)
+    assert syncs.total >= 2  # the decisions themselves are read (the counter sees them)

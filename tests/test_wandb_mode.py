@@ -3,6 +3,7 @@ and credentials configured in any usual way; WANDB_PROJECT is honoured; the star
 
 Each case runs in a fresh process with its own HOME (W&B reads its settings once per process). Nothing contacts a
 W&B server: online starts are only resolved, and the one that is attempted goes to a closed local port."""
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,7 @@ import pytest
 from conftest import ROOT
 from rewardflow.errors import ConfigError
 
-KEY = "a" * 40                                     # the format of a W&B API key
+KEY = "a" * 40  # the format of a W&B API key
 
 RESOLVE = "import json; from launcher.wandb_logger import resolve_mode; print(json.dumps(resolve_mode('auto')))"
 
@@ -27,8 +28,14 @@ def clean_env(home, **extra):
 
 
 def run_python(code, home, **extra):
-    proc = subprocess.run([sys.executable, "-c", code], cwd=home, env=clean_env(home, **extra), capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=home,
+        env=clean_env(home, **extra),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -48,8 +55,17 @@ def write_settings(home, **values):
     (folder / "settings").write_text("[default]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
 
 
-@pytest.mark.parametrize("case", ["nothing", "api key", "wandb login (netrc)", "settings file api_key",
-                                  "WANDB_MODE beats credentials", "wandb offline beats credentials"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "nothing",
+        "api key",
+        "wandb login (netrc)",
+        "settings file api_key",
+        "WANDB_MODE beats credentials",
+        "wandb offline beats credentials",
+    ],
+)
 def test_auto_mode_follows_the_usual_wandb_setup(case, tmp_path):
     env = {}
     if case == "api key":
@@ -64,11 +80,14 @@ def test_auto_mode_follows_the_usual_wandb_setup(case, tmp_path):
         write_netrc(tmp_path, "api.wandb.ai")
         write_settings(tmp_path, mode="offline")
     mode, why = resolved(tmp_path, **env)
-    expected = {"nothing": "offline", "WANDB_MODE beats credentials": "disabled",
-                "wandb offline beats credentials": "offline"}.get(case, "online")
+    expected = {
+        "nothing": "offline",
+        "WANDB_MODE beats credentials": "disabled",
+        "wandb offline beats credentials": "offline",
+    }.get(case, "online")
     assert mode == expected, why
     if case == "nothing":
-        assert "WANDB_API_KEY" in why and "wandb login" in why       # how to log online
+        assert "WANDB_API_KEY" in why and "wandb login" in why  # how to log online
     if case == "wandb login (netrc)":
         assert "netrc" in why
 
@@ -95,8 +114,14 @@ START = textwrap.dedent("""
 @pytest.mark.parametrize("project", [None, "my-project"])
 def test_wandb_project_is_honoured_and_the_offline_start_says_how_to_sync(project, tmp_path):
     env = {"WANDB_PROJECT": project} if project else {}
-    proc = subprocess.run([sys.executable, "-c", START, str(tmp_path / "run")], cwd=ROOT,
-                          env=clean_env(tmp_path, **env), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", START, str(tmp_path / "run")],
+        cwd=ROOT,
+        env=clean_env(tmp_path, **env),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"PROJECT {project or 'rewardflow'} MODE offline" in proc.stdout
     assert "wandb sync " + str(tmp_path / "run" / "wandb" / "offline-run-") in proc.stdout
@@ -105,8 +130,13 @@ def test_wandb_project_is_honoured_and_the_offline_start_says_how_to_sync(projec
 def test_an_online_start_that_fails_falls_back_to_offline(tmp_path):
     """Credentials found but the server unreachable (e.g. a compute node without internet): the run logs offline
     instead of failing. The 'server' is a closed local port."""
-    proc = subprocess.run([sys.executable, "-c", START, str(tmp_path / "run")], cwd=ROOT,
-                          env=clean_env(tmp_path, WANDB_API_KEY=KEY, WANDB_BASE_URL="http://127.0.0.1:9",
-                                        WANDB_INIT_TIMEOUT="5"), capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", START, str(tmp_path / "run")],
+        cwd=ROOT,
+        env=clean_env(tmp_path, WANDB_API_KEY=KEY, WANDB_BASE_URL="http://127.0.0.1:9", WANDB_INIT_TIMEOUT="5"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "W&B online start failed" in proc.stdout and "MODE offline" in proc.stdout

@@ -4,6 +4,7 @@ installed `rewardflow` composes and trains from a directory that is not the repo
 The fresh environment borrows the project's dependencies through a .pth line naming .venv's site-packages: a plain
 path line does not run the .pth files in that folder, so the editable install's finder stays inactive there.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ from conftest import CONF, ROOT
 
 pytestmark = pytest.mark.slow
 
-OUR_PACKAGES = sorted(p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("conf", "tests",
-                                                                                                  "scripts"))
+OUR_PACKAGES = sorted(
+    p.parent.name for p in ROOT.glob("*/__init__.py") if p.parent.name not in ("conf", "tests", "scripts")
+)
 # Written into a folder on PYTHONPATH: at exit, the file of every module of ours the process imported.
 MODULE_RECORDER = f"""
 import atexit, json, os, sys
@@ -39,8 +41,14 @@ atexit.register(_record)
 
 
 def pip(*args: str, cwd: Path | None = None) -> None:
-    subprocess.run([sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args], cwd=cwd, check=True,
-                   capture_output=True, text=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def build_wheel(source: Path, out: Path) -> Path:
@@ -52,8 +60,16 @@ def build_wheel(source: Path, out: Path) -> Path:
 def copy_of_the_repository(dest: Path) -> Path:
     """The files a clone would have, with uncommitted work (git's view: tracked and untracked, not ignored), so the
     build sees neither .venv nor a stale build/ folder."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                            check=True, capture_output=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         if (ROOT / name).is_file():
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
@@ -63,9 +79,15 @@ def copy_of_the_repository(dest: Path) -> Path:
 
 def fresh_venv(folder: Path) -> Path:
     venv.EnvBuilder(with_pip=False, symlinks=True).create(folder)
-    site = Path(subprocess.run([folder / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], check=True, capture_output=True, text=True).stdout.strip())
-    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}   # the project's .venv
+    site = Path(
+        subprocess.run(
+            [folder / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
+    deps = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}  # the project's .venv
     (site / "rewardflow_test_deps.pth").write_text("".join(f"{d}\n" for d in sorted(deps)))
     return site
 
@@ -83,8 +105,9 @@ def installed(tmp_path_factory):
 def run(venv_dir: Path, *args: str, cwd: Path, extra_env: dict | None = None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONNOUSERSITE="1", **(extra_env or {}))
-    return subprocess.run([venv_dir / "bin" / "rewardflow", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [venv_dir / "bin" / "rewardflow", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_the_wheel_holds_every_package_and_the_configs(installed):
@@ -96,7 +119,7 @@ def test_the_wheel_holds_every_package_and_the_configs(installed):
     configs = {p.relative_to(CONF).as_posix() for p in CONF.rglob("*") if p.suffix in (".yaml", ".py")}
     assert configs and {f"launcher/conf/{c}" for c in configs} <= names
     top_level = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
-    assert top_level == set(OUR_PACKAGES)       # no top-level conf/, tests/ or scripts/
+    assert top_level == set(OUR_PACKAGES)  # no top-level conf/, tests/ or scripts/
 
 
 def test_the_installed_command_runs_outside_the_repository(installed, tmp_path):
@@ -119,15 +142,27 @@ def test_the_installed_command_runs_outside_the_repository(installed, tmp_path):
     (tmp_path / "recorder").mkdir()
     (tmp_path / "recorder" / "sitecustomize.py").write_text(MODULE_RECORDER)
     imported = tmp_path / "imported.json"
-    smoke = run(venv_dir, "experiment=smoke", "logger=none", "trainer.threads=1", cwd=tmp_path,
-                extra_env={"PYTHONPATH": str(tmp_path / "recorder"), "RF_IMPORTED_MODULES": str(imported)})
+    smoke = run(
+        venv_dir,
+        "experiment=smoke",
+        "logger=none",
+        "trainer.threads=1",
+        cwd=tmp_path,
+        extra_env={"PYTHONPATH": str(tmp_path / "recorder"), "RF_IMPORTED_MODULES": str(imported)},
+    )
     assert smoke.returncode == 0, smoke.stderr[-3000:]
     (metrics,) = (tmp_path / "outputs" / "train" / "runs").glob("*/metrics.jsonl")
     assert len(metrics.read_text().splitlines()) == 3
 
     modules = json.loads(imported.read_text())
-    for name in ("launcher.cli", "launcher.conf", "launcher.trainer", "methods.dance_grpo", "models.flux",
-                 "rewards.color"):
+    for name in (
+        "launcher.cli",
+        "launcher.conf",
+        "launcher.trainer",
+        "methods.dance_grpo",
+        "models.flux",
+        "rewards.color",
+    ):
         assert name in modules
     files = [Path(f).resolve() for f in modules.values() if f]
     assert all(f.is_relative_to(site.resolve()) for f in files), [f for f in files if not f.is_relative_to(site)]
@@ -140,11 +175,19 @@ def test_a_distribution_installed_over_rewardflow_is_named(installed, tmp_path):
     other = tmp_path / "other"
     (other / "methods").mkdir(parents=True)
     (other / "methods" / "__init__.py").write_text('"""another project\'s methods"""\n')
-    (other / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
-                                          '"setuptools.build_meta"\n[project]\nname = "other-methods"\n'
-                                          'version = "1.0"\n[tool.setuptools]\npackages = ["methods"]\n')
-    pip("--python", str(venv_dir / "bin" / "python"), "install", "--no-deps", "--no-index",
-        str(build_wheel(other, tmp_path / "dist")))
+    (other / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = '
+        '"setuptools.build_meta"\n[project]\nname = "other-methods"\n'
+        'version = "1.0"\n[tool.setuptools]\npackages = ["methods"]\n'
+    )
+    pip(
+        "--python",
+        str(venv_dir / "bin" / "python"),
+        "install",
+        "--no-deps",
+        "--no-index",
+        str(build_wheel(other, tmp_path / "dist")),
+    )
     proc = run(venv_dir, "--help", cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout == "" and "Traceback" not in proc.stderr

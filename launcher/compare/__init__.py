@@ -15,6 +15,7 @@ Pipeline, one module per concept:
 - :mod:`.publish`    the optional W&B report (or, without the report API, a summary W&B run);
 - :mod:`.cli`        the argparse command tying them together.
 """
+
 from launcher.compare.errors import CompareError
 
 __all__ = ["CompareError"]

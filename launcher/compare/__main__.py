@@ -1,4 +1,5 @@
 """``python -m launcher.compare ...`` is the same as ``rewardflow-compare ...``."""
+
 import sys
 
 from launcher.compare.cli import main

@@ -22,6 +22,7 @@ Definitions (also printed under the report's tables; ``docs/compare_report.md`` 
 - Final value, value at the budget and compute to reach are each compared with the baseline's: significant when the
   two intervals do not overlap.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,14 +42,14 @@ BANDS = ("ci", "std", "sem", "minmax")
 
 @dataclass
 class Settings:
-    axis: str = "gpu_hours"          # compute axis for budget and speedup: step | wallclock_s | gpu_hours
-    smooth: int | None = None        # trailing window (logged points); None = the metric's default
-    band: str = "ci"                 # the curves' band: the interval of the mean, or a spread over seeds
-    warmup_steps: int = 1            # first steps left out of the per-step timings (lazy init, allocator warm-up)
-    budget: float | None = None      # common budget in axis units; None = the smallest total among the runs
-    target: float | None = None      # None = the lowest final value among the baseline's seeds
+    axis: str = "gpu_hours"  # compute axis for budget and speedup: step | wallclock_s | gpu_hours
+    smooth: int | None = None  # trailing window (logged points); None = the metric's default
+    band: str = "ci"  # the curves' band: the interval of the mean, or a spread over seeds
+    warmup_steps: int = 1  # first steps left out of the per-step timings (lazy init, allocator warm-up)
+    budget: float | None = None  # common budget in axis units; None = the smallest total among the runs
+    target: float | None = None  # None = the lowest final value among the baseline's seeds
     confidence: float = 0.95
-    interval: str = "auto"           # t below 10 seeds, bootstrap over seeds from 10 (see stats.py)
+    interval: str = "auto"  # t below 10 seeds, bootstrap over seeds from 10 (see stats.py)
     thresholds: evidence.Thresholds = field(default_factory=evidence.Thresholds)
 
 
@@ -58,11 +59,11 @@ class Trace:
     an evaluation) left out."""
 
     run: RunData
-    x: dict[str, np.ndarray]         # axis -> raw logged x (step, time/wallclock_s, time/gpu_hours) at each point
-    reward: np.ndarray               # the metric, smoothed
+    x: dict[str, np.ndarray]  # axis -> raw logged x (step, time/wallclock_s, time/gpu_hours) at each point
+    reward: np.ndarray  # the metric, smoothed
     raw_reward: np.ndarray
-    smooth: int                      # the window asked for; the last value averages min(smooth, points) points
-    steps: int                       # training steps logged (rows with reward/mean)
+    smooth: int  # the window asked for; the last value averages min(smooth, points) points
+    steps: int  # training steps logged (rows with reward/mean)
 
     @property
     def final(self) -> float:
@@ -95,18 +96,18 @@ class GroupResult:
     runs: list[RunData]
     traces: list[Trace]
     final: Estimate
-    total: dict[str, Estimate]                # axis -> total compute per run
-    per_step: dict[str, Estimate]             # time/step_s, time/<phase>_s, count/transformer_* -> per-step mean
-    curves: dict[str, Curve]                  # axis -> seed-mean curve
+    total: dict[str, Estimate]  # axis -> total compute per run
+    per_step: dict[str, Estimate]  # time/step_s, time/<phase>_s, count/transformer_* -> per-step mean
+    curves: dict[str, Curve]  # axis -> seed-mean curve
     at_budget: Estimate | None = None
-    reach: Estimate | None = None             # compute (axis units) to reach the target; None = a seed did not
-    reached: int = 0                          # seeds that reached the target
-    reached_at_first: int = 0                 # seeds already at the target at their first logged point
-    best: float = math.nan                    # highest value of the mean curve (what "not reached" stopped at)
+    reach: Estimate | None = None  # compute (axis units) to reach the target; None = a seed did not
+    reached: int = 0  # seeds that reached the target
+    reached_at_first: int = 0  # seeds already at the target at their first logged point
+    best: float = math.nan  # highest value of the mean curve (what "not reached" stopped at)
     speedup: float | None = None
     speedup_lo: float = math.nan
     speedup_hi: float = math.nan
-    verdicts: dict[str, str] = field(default_factory=dict)   # final | at_budget | reach -> vs the baseline
+    verdicts: dict[str, str] = field(default_factory=dict)  # final | at_budget | reach -> vs the baseline
 
     @property
     def steps(self) -> list[int]:
@@ -121,7 +122,7 @@ class GroupResult:
 class Comparison:
     settings: Settings
     metric: Metric
-    smooth: int                                # the window used (settings.smooth or the metric's default)
+    smooth: int  # the window used (settings.smooth or the metric's default)
     groups: list[GroupResult]
     baseline: str
     budget: float
@@ -155,8 +156,9 @@ def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES)) -
             # cumulative axes never go down; if a resumed run restarted its clock, keep the curve drawable
             x[axis] = np.maximum.accumulate(xs)
     steps = int(np.isfinite(run.series(REWARD)).sum())
-    return Trace(run=run, x=x, reward=trailing_mean(values[keep], smooth), raw_reward=values[keep], smooth=smooth,
-                 steps=steps)
+    return Trace(
+        run=run, x=x, reward=trailing_mean(values[keep], smooth), raw_reward=values[keep], smooth=smooth, steps=steps
+    )
 
 
 def spread_band(ys: np.ndarray, band: str) -> tuple[np.ndarray, np.ndarray]:
@@ -228,12 +230,16 @@ def per_step_costs(runs: list[RunData], warmup: int, confidence: float, interval
 def summarize_group(group: Group, metric: Metric, smooth: int, s: Settings) -> GroupResult:
     traces = [make_trace(r, smooth, metric.key) for r in group.runs]
     axes = [a for a in AXES if all(a in t.x for t in traces)]
-    est = lambda values: stats.estimate(values, s.confidence, s.interval)     # noqa: E731
+    est = lambda values: stats.estimate(values, s.confidence, s.interval)  # noqa: E731
     return GroupResult(
-        label=group.label, runs=group.runs, traces=traces, final=est([t.final for t in traces]),
+        label=group.label,
+        runs=group.runs,
+        traces=traces,
+        final=est([t.final for t in traces]),
         total={a: est([t.total(a) for t in traces]) for a in axes},
         per_step=per_step_costs(group.runs, s.warmup_steps, s.confidence, s.interval),
-        curves={a: seed_curve(traces, a, s.band, s.confidence, s.interval) for a in axes})
+        curves={a: seed_curve(traces, a, s.band, s.confidence, s.interval) for a in axes},
+    )
 
 
 def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -> Comparison:
@@ -248,20 +254,21 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
     smooth = metric.default_smooth if s.smooth is None else s.smooth
     th = s.thresholds
     if smooth < 1 or s.warmup_steps < 0 or th.min_seeds < 1 or th.min_points < 1 or th.max_step_cv < 0:
-        raise CompareError("--smooth, --min-seeds and --min-points must be >= 1, --warmup-steps and --max-step-cv "
-                           ">= 0")
+        raise CompareError("--smooth, --min-seeds and --min-points must be >= 1, --warmup-steps and --max-step-cv >= 0")
     results = [summarize_group(g, metric, smooth, s) for g in groups]
     lacking = [t.run.name for r in results for t in r.traces if s.axis not in t.x]
     if lacking:
-        raise CompareError(f"{len(lacking)} run(s) did not log {AXES[s.axis]} with every {metric.key} "
-                           f"({', '.join(lacking[:4])}{'...' if len(lacking) > 4 else ''}); compare on another axis, "
-                           f"e.g. --axis step")
+        raise CompareError(
+            f"{len(lacking)} run(s) did not log {AXES[s.axis]} with every {metric.key} "
+            f"({', '.join(lacking[:4])}{'...' if len(lacking) > 4 else ''}); compare on another axis, "
+            f"e.g. --axis step"
+        )
     off = axis_offset(s.axis)
     totals = {t.run.name: t.total(s.axis) for r in results for t in r.traces}
     budget = float(s.budget) if s.budget is not None else min(totals.values())
     base = next(r for r in results if r.label == baseline.label)
     target = float(s.target) if s.target is not None else min(t.final for t in base.traces)
-    est = lambda values: stats.estimate(values, s.confidence, s.interval)     # noqa: E731
+    est = lambda values: stats.estimate(values, s.confidence, s.interval)  # noqa: E731
     for r in results:
         # each seed's curve at the budget (np.interp holds the final value past a run's end: see the notes)
         r.at_budget = est([_at(t, s.axis, budget - off) for t in r.traces])
@@ -271,15 +278,25 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
         r.reach = _compute(est([v + off for v in reach])) if r.reached == len(reach) else None
         r.best = float(r.curves[s.axis].mean.max())
     for r in results:
-        r.verdicts = {"final": stats.verdict(r.final, base.final),
-                      "at_budget": stats.verdict(r.at_budget, base.at_budget),
-                      "reach": stats.verdict(r.reach, base.reach) if r.reach and base.reach else stats.UNTESTED}
+        r.verdicts = {
+            "final": stats.verdict(r.final, base.final),
+            "at_budget": stats.verdict(r.at_budget, base.at_budget),
+            "reach": stats.verdict(r.reach, base.reach) if r.reach and base.reach else stats.UNTESTED,
+        }
         if r.reach and base.reach:
             r.speedup = base.reach.mean / r.reach.mean
             r.speedup_lo, r.speedup_hi = stats.ratio_interval(base.reach, r.reach)
     ended = sorted(n for n, total in totals.items() if total < budget)
-    c = Comparison(settings=s, metric=metric, smooth=smooth, groups=results, baseline=base.label, budget=budget,
-                   target=target, budget_runs_ended_before=ended)
+    c = Comparison(
+        settings=s,
+        metric=metric,
+        smooth=smooth,
+        groups=results,
+        baseline=base.label,
+        budget=budget,
+        target=target,
+        budget_runs_ended_before=ended,
+    )
     c.warnings = evidence.check(c, s.thresholds)
     return c
 
@@ -292,5 +309,5 @@ def _compute(e: Estimate) -> Estimate:
 def _at(trace: Trace, axis: str, x: float) -> float:
     xs = trace.x[axis]
     if x < xs[0]:
-        return math.nan           # the budget ends before this run's first logged point: no value yet
+        return math.nan  # the budget ends before this run's first logged point: no value yet
     return float(np.interp(x, xs, trace.reward))

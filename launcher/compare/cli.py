@@ -10,6 +10,7 @@ Examples::
 
 Bad input (no runs, mixed groups, unknown baseline) ends with a message and exit code 2, not a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,65 +31,137 @@ log = logging.getLogger("rewardflow.compare")
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="rewardflow-compare", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="rewardflow-compare",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Compare reward fine-tuning methods at equal compute: curves of the held-out evaluation "
-                    "(eval/<reward>/mean; the training reward when runs have none) against step, wall-clock and "
-                    "GPU-hours, means over seeds with 95% intervals, a Markdown table (final value, value at a "
-                    "common budget, compute to reach a target and the speedup, each tested against a baseline; "
-                    "time per step by phase, transformer passes) and warnings when the evidence is thin, from "
-                    "local run/sweep folders or W&B runs. Definitions: docs/compare_report.md.",
-        epilog=__doc__.split("Examples::", 1)[1].split("Bad input", 1)[0])
+        "(eval/<reward>/mean; the training reward when runs have none) against step, wall-clock and "
+        "GPU-hours, means over seeds with 95% intervals, a Markdown table (final value, value at a "
+        "common budget, compute to reach a target and the speedup, each tested against a baseline; "
+        "time per step by phase, transformer passes) and warnings when the evidence is thin, from "
+        "local run/sweep folders or W&B runs. Definitions: docs/compare_report.md.",
+        epilog=__doc__.split("Examples::", 1)[1].split("Bad input", 1)[0],
+    )
     src = p.add_argument_group("which runs")
     src.add_argument("paths", nargs="*", help="run folders, sweep folders, folders above them, or run-*.wandb files")
     src.add_argument("--project", help="W&B ENTITY/PROJECT (or PROJECT) to read runs from online")
-    src.add_argument("--group", action="append", default=[], help="W&B group(s), e.g. sweep-<date>_<time> "
-                     "(online filter; for local folders, the group the trainer gave the run); repeatable or a,b")
+    src.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="W&B group(s), e.g. sweep-<date>_<time> "
+        "(online filter; for local folders, the group the trainer gave the run); repeatable or a,b",
+    )
     src.add_argument("--sweep", help="W&B sweep id (online)")
     src.add_argument("--tag", action="append", default=[], help="keep runs with any of these W&B tags")
     src.add_argument("--state", action="append", default=[], help="W&B run states to keep, e.g. finished (online)")
-    src.add_argument("--source", choices=SOURCES, default="auto", help="local files to read: metrics.jsonl when "
-                     "present else the offline W&B file (auto), or only one kind")
-    src.add_argument("--where", action="append", default=[], metavar="KEY=VALUE",
-                     help="keep runs whose config has KEY=VALUE (repeatable), e.g. model.name=tiny_flux")
+    src.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="auto",
+        help="local files to read: metrics.jsonl when present else the offline W&B file (auto), or only one kind",
+    )
+    src.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="keep runs whose config has KEY=VALUE (repeatable), e.g. model.name=tiny_flux",
+    )
     grp = p.add_argument_group("how to compare")
-    grp.add_argument("--by", default="", help="config keys to group by besides method.name, comma-separated "
-                     "(e.g. method.window_size); runs of one group are averaged as seeds")
-    grp.add_argument("--allow-mixed", default="", metavar="KEYS", help="config keys (globs) allowed to differ "
-                     "between the runs compared or inside a group")
+    grp.add_argument(
+        "--by",
+        default="",
+        help="config keys to group by besides method.name, comma-separated "
+        "(e.g. method.window_size); runs of one group are averaged as seeds",
+    )
+    grp.add_argument(
+        "--allow-mixed",
+        default="",
+        metavar="KEYS",
+        help="config keys (globs) allowed to differ between the runs compared or inside a group",
+    )
     grp.add_argument("--baseline", help="group the speedups are measured against (default: dance_grpo if present)")
-    grp.add_argument("--axis", choices=tuple(AXES), default="gpu_hours",
-                     help="compute axis for the common budget and the speedup (default gpu_hours)")
-    grp.add_argument("--budget", type=float, help="common compute budget in --axis units "
-                     "(default: the smallest total among the runs)")
-    grp.add_argument("--metric", default="auto", help="metric compared: auto (eval/<trained reward>/mean when "
-                     "the runs logged it, else the training reward reward/mean), or a logged key, e.g. "
-                     "eval/pickscore/mean")
-    grp.add_argument("--smooth", type=int, help="trailing window (logged points) smoothing the metric for the "
-                     f"curves, the final value and the budget/reach figures (default: {SMOOTH_TRAINING} for the "
-                     f"training reward, {SMOOTH_EVAL} = none for an evaluation)")
-    grp.add_argument("--target", type=float, help="value whose compute to reach gives the speedups (default: the "
-                     "lowest final value among the baseline's seeds)")
+    grp.add_argument(
+        "--axis",
+        choices=tuple(AXES),
+        default="gpu_hours",
+        help="compute axis for the common budget and the speedup (default gpu_hours)",
+    )
+    grp.add_argument(
+        "--budget",
+        type=float,
+        help="common compute budget in --axis units (default: the smallest total among the runs)",
+    )
+    grp.add_argument(
+        "--metric",
+        default="auto",
+        help="metric compared: auto (eval/<trained reward>/mean when "
+        "the runs logged it, else the training reward reward/mean), or a logged key, e.g. "
+        "eval/pickscore/mean",
+    )
+    grp.add_argument(
+        "--smooth",
+        type=int,
+        help="trailing window (logged points) smoothing the metric for the "
+        f"curves, the final value and the budget/reach figures (default: {SMOOTH_TRAINING} for the "
+        f"training reward, {SMOOTH_EVAL} = none for an evaluation)",
+    )
+    grp.add_argument(
+        "--target",
+        type=float,
+        help="value whose compute to reach gives the speedups (default: the "
+        "lowest final value among the baseline's seeds)",
+    )
     grp.add_argument("--confidence", type=float, default=0.95, help="confidence of the intervals (default 0.95)")
-    grp.add_argument("--interval", choices=stats.INTERVALS, default="auto", help="interval over seeds: t, "
-                     f"bootstrap, or auto = t below {stats.BOOTSTRAP_FROM_SEEDS} seeds, bootstrap from then on")
-    grp.add_argument("--band", choices=aggregate.BANDS, default="ci", help="band of the curves: ci = the interval "
-                     "of the mean (default), or the spread over seeds")
+    grp.add_argument(
+        "--interval",
+        choices=stats.INTERVALS,
+        default="auto",
+        help="interval over seeds: t, "
+        f"bootstrap, or auto = t below {stats.BOOTSTRAP_FROM_SEEDS} seeds, bootstrap from then on",
+    )
+    grp.add_argument(
+        "--band",
+        choices=aggregate.BANDS,
+        default="ci",
+        help="band of the curves: ci = the interval of the mean (default), or the spread over seeds",
+    )
     grp.add_argument("--warmup-steps", type=int, default=1, help="first steps left out of per-step timings")
     warn = p.add_argument_group("thin-evidence warnings (in the report and on the console)")
     th = evidence.Thresholds()
-    warn.add_argument("--min-seeds", type=int, default=th.min_seeds, help="warn when a group has fewer seeds "
-                      f"(default {th.min_seeds})")
-    warn.add_argument("--min-points", type=int, default=th.min_points, help="warn when a run has fewer logged "
-                      f"points of the metric: evaluations, or steps for the training reward (default {th.min_points})")
-    warn.add_argument("--max-step-cv", type=float, default=th.max_step_cv, help="warn when the seeds of a group "
-                      "differ more in s/step (coefficient of variation: the machine was loaded) "
-                      f"(default {th.max_step_cv})")
+    warn.add_argument(
+        "--min-seeds",
+        type=int,
+        default=th.min_seeds,
+        help=f"warn when a group has fewer seeds (default {th.min_seeds})",
+    )
+    warn.add_argument(
+        "--min-points",
+        type=int,
+        default=th.min_points,
+        help="warn when a run has fewer logged "
+        f"points of the metric: evaluations, or steps for the training reward (default {th.min_points})",
+    )
+    warn.add_argument(
+        "--max-step-cv",
+        type=float,
+        default=th.max_step_cv,
+        help="warn when the seeds of a group "
+        "differ more in s/step (coefficient of variation: the machine was loaded) "
+        f"(default {th.max_step_cv})",
+    )
     out = p.add_argument_group("output")
-    out.add_argument("--out", help="output folder (default: <folder>/compare for one local folder, else "
-                     "outputs/compare/<date>_<time>)")
+    out.add_argument(
+        "--out",
+        help="output folder (default: <folder>/compare for one local folder, else outputs/compare/<date>_<time>)",
+    )
     out.add_argument("--title", default="Method comparison")
-    out.add_argument("--wandb-report", action="store_true", help="also publish to W&B (online sources only): a "
-                     "report with the tables and grouped panels, or a summary run without wandb-workspaces")
+    out.add_argument(
+        "--wandb-report",
+        action="store_true",
+        help="also publish to W&B (online sources only): a "
+        "report with the tables and grouped panels, or a summary run without wandb-workspaces",
+    )
     return p
 
 
@@ -100,18 +173,25 @@ def _csv(items) -> list[str]:
 
 def load_runs(args, api=None) -> list[RunData]:
     if not args.paths and not args.project:
-        raise CompareError("nothing to compare: give run or sweep folders (e.g. outputs/train/multiruns/<ts>) "
-                           "or a W&B project with --project ENTITY/PROJECT")
+        raise CompareError(
+            "nothing to compare: give run or sweep folders (e.g. outputs/train/multiruns/<ts>) "
+            "or a W&B project with --project ENTITY/PROJECT"
+        )
     runs: list[RunData] = []
     if args.paths:
         local = load_local(args.paths, args.source)
         groups, tags = _csv(args.group), _csv(args.tag)
         if groups:
-            local = _keep(local, lambda r: r.group in groups, f"--group {','.join(groups)}",
-                          sorted({str(r.group) for r in local}))
+            local = _keep(
+                local, lambda r: r.group in groups, f"--group {','.join(groups)}", sorted({str(r.group) for r in local})
+            )
         if tags:
-            local = _keep(local, lambda r: bool(set(tags) & set(r.tags)), f"--tag {','.join(tags)}",
-                          sorted({t for r in local for t in r.tags}))
+            local = _keep(
+                local,
+                lambda r: bool(set(tags) & set(r.tags)),
+                f"--tag {','.join(tags)}",
+                sorted({t for r in local for t in r.tags}),
+            )
         runs += local
     if args.project:
         from launcher.compare.online import load_online
@@ -119,8 +199,9 @@ def load_runs(args, api=None) -> list[RunData]:
         runs += load_online(args.project, _csv(args.group), args.sweep, _csv(args.tag), _csv(args.state), api=api)
     empty = [r for r in runs if not r.has(REWARD)]
     if empty:
-        log.warning("skipping %d run(s) that logged no %s yet: %s", len(empty), REWARD,
-                    ", ".join(r.name for r in empty[:5]))
+        log.warning(
+            "skipping %d run(s) that logged no %s yet: %s", len(empty), REWARD, ", ".join(r.name for r in empty[:5])
+        )
     runs = [r for r in runs if r.has(REWARD)]
     if not runs:
         raise CompareError(f"none of the runs found logged {REWARD} (crashed before the first step, or still starting)")
@@ -145,8 +226,10 @@ def _out_dir(args) -> Path:
 def run(args, api=None) -> dict:
     """Load, group, aggregate and write everything; returns the comparison as JSON-ready data."""
     if args.wandb_report and not args.project:
-        raise CompareError("--wandb-report publishes next to online runs: add --project ENTITY/PROJECT (for local "
-                           "offline runs, `wandb sync <run>/wandb/offline-run-*` them first)")
+        raise CompareError(
+            "--wandb-report publishes next to online runs: add --project ENTITY/PROJECT (for local "
+            "offline runs, `wandb sync <run>/wandb/offline-run-*` them first)"
+        )
     runs = load_runs(args, api)
     by = list(dict.fromkeys(["method.name", *_csv(args.by)]))
     metric = choose_metric(runs, args.metric)
@@ -155,9 +238,16 @@ def run(args, api=None) -> dict:
     groups = grouping.group_runs(runs, by, _csv(args.allow_mixed))
     baseline = grouping.select_baseline(groups, args.baseline)
     settings = aggregate.Settings(
-        axis=args.axis, smooth=args.smooth, band=args.band, warmup_steps=args.warmup_steps, budget=args.budget,
-        target=args.target, confidence=args.confidence, interval=args.interval,
-        thresholds=evidence.Thresholds(args.min_seeds, args.min_points, args.max_step_cv))
+        axis=args.axis,
+        smooth=args.smooth,
+        band=args.band,
+        warmup_steps=args.warmup_steps,
+        budget=args.budget,
+        target=args.target,
+        confidence=args.confidence,
+        interval=args.interval,
+        thresholds=evidence.Thresholds(args.min_seeds, args.min_points, args.max_step_cv),
+    )
     comparison = aggregate.compare(groups, baseline, settings, metric)
     context = grouping.context_of(runs)
     sources = [*map(str, args.paths)] + ([f"W&B {args.project}"] if args.project else [])
@@ -172,8 +262,9 @@ def run(args, api=None) -> dict:
     if args.wandb_report:
         from launcher.compare.publish import publish
 
-        data["wandb"] = publish(comparison, args.project, by,
-                                report.markdown(comparison, context, sources, {}, args.title), out, figures)
+        data["wandb"] = publish(
+            comparison, args.project, by, report.markdown(comparison, context, sources, {}, args.title), out, figures
+        )
     (out / "comparison.json").write_text(json.dumps(data, indent=2))
     _print(comparison, out, data.get("wandb"))
     return data
@@ -186,8 +277,10 @@ def _print(c, out: Path, wandb_where: str | None) -> None:
 
     console = Console(width=max(Console().width, 140))
     console.print(f"metric: {escape(c.metric.how_chosen.replace('`', '').replace('**', ''))}")
-    for title, (header, rows) in (("outcome at equal compute", report.outcome_table(c)),
-                                  ("cost per step", report.cost_table(c))):
+    for title, (header, rows) in (
+        ("outcome at equal compute", report.outcome_table(c)),
+        ("cost per step", report.cost_table(c)),
+    ):
         table = Table(title=title, title_justify="left")
         for h in header:
             table.add_column(escape(h), overflow="fold")

@@ -14,6 +14,7 @@ Each check has a threshold that is a command-line option (``docs/compare_report.
   carry that noise;
 - ``reached_at_first``: a seed was at the target at its first logged point, so when it got there is not measured.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,9 +28,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Thresholds:
-    min_seeds: int = 2            # --min-seeds: warn when a group has fewer seeds
-    min_points: int = 5           # --min-points: warn when a run has fewer logged points of the metric
-    max_step_cv: float = 0.05     # --max-step-cv: warn when a group's seeds' s/step vary more (std / mean)
+    min_seeds: int = 2  # --min-seeds: warn when a group has fewer seeds
+    min_points: int = 5  # --min-points: warn when a run has fewer logged points of the metric
+    max_step_cv: float = 0.05  # --max-step-cv: warn when a group's seeds' s/step vary more (std / mean)
 
 
 @dataclass(frozen=True)
@@ -50,10 +51,16 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
     m = c.metric
     if m.key == REWARD:
-        out.append(Finding("training_reward", (
-            "compared on reward/mean, the training reward, not a held-out evaluation: each method scores its own "
-            "training samples (its sampler and noise, one batch per step), so the methods are not measured with "
-            "the same ruler. Turn evaluation on (eval.every=N) to compare on eval/<reward>/mean.")))
+        out.append(
+            Finding(
+                "training_reward",
+                (
+                    "compared on reward/mean, the training reward, not a held-out evaluation: each method scores its own "
+                    "training samples (its sampler and noise, one batch per step), so the methods are not measured with "
+                    "the same ruler. Turn evaluation on (eval.every=N) to compare on eval/<reward>/mean."
+                ),
+            )
+        )
 
     thin = [r for r in c.groups if len(r.runs) < th.min_seeds]
     if thin:
@@ -61,34 +68,52 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
         few = [f"{r.label} ({len(r.runs)})" for r in thin if len(r.runs) > 1]
         parts = []
         if one:
-            parts.append(f"{_listing(one)} {'has' if len(one) == 1 else 'have'} 1 seed: no interval, no "
-                         f"significance test and no check of the machine's load for {'it' if len(one) == 1 else 'them'}"
-                         f"; each figure is a single run")
+            parts.append(
+                f"{_listing(one)} {'has' if len(one) == 1 else 'have'} 1 seed: no interval, no "
+                f"significance test and no check of the machine's load for {'it' if len(one) == 1 else 'them'}"
+                f"; each figure is a single run"
+            )
         if few:
             parts.append(f"{_listing(few)} {'has' if len(few) == 1 else 'have'} few seeds: wide intervals")
-        out.append(Finding("few_seeds", f"{'; '.join(parts)} (fewer than --min-seeds {th.min_seeds}). Run more "
-                                        f"seeds, e.g. trainer.seed=0,1,2."))
+        out.append(
+            Finding(
+                "few_seeds",
+                f"{'; '.join(parts)} (fewer than --min-seeds {th.min_seeds}). Run more seeds, e.g. trainer.seed=0,1,2.",
+            )
+        )
 
     unit = "evaluation points" if m.held_out else "logged steps"
     short = [(r.label, t) for r in c.groups for t in r.traces if t.points < th.min_points]
     if short:
         counts = sorted({t.points for _, t in short})
         fix = "run longer, or evaluate more often (eval.every)" if m.held_out else "run longer"
-        out.append(Finding("few_points", (
-            f"{_plural(len(short), 'run')} {'has' if len(short) == 1 else 'have'} fewer than --min-points "
-            f"{th.min_points} {unit} ({'–'.join(map(str, (counts[0], counts[-1]))) if len(counts) > 1 else counts[0]}"
-            f": {_listing(sorted({label for label, _ in short}))}): their curves, compute to reach and value at "
-            f"the budget rest on that few points. Fix: {fix}.")))
+        out.append(
+            Finding(
+                "few_points",
+                (
+                    f"{_plural(len(short), 'run')} {'has' if len(short) == 1 else 'have'} fewer than --min-points "
+                    f"{th.min_points} {unit} ({'–'.join(map(str, (counts[0], counts[-1]))) if len(counts) > 1 else counts[0]}"
+                    f": {_listing(sorted({label for label, _ in short}))}): their curves, compute to reach and value at "
+                    f"the budget rest on that few points. Fix: {fix}."
+                ),
+            )
+        )
 
     if c.smooth > 1:
         under = [(r.label, t) for r in c.groups for t in r.traces if t.points < c.smooth]
         if under:
             windows = sorted({t.window for _, t in under})
             shown = str(windows[0]) if len(windows) == 1 else f"{windows[0]}–{windows[-1]}"
-            out.append(Finding("short_window", (
-                f"--smooth {c.smooth} is longer than {_plural(len(under), 'run')} "
-                f"({_listing(sorted({label for label, _ in under}))}): their final value is the mean of the last "
-                f"{shown} {m.point}s, not {c.smooth} (the titles say so).")))
+            out.append(
+                Finding(
+                    "short_window",
+                    (
+                        f"--smooth {c.smooth} is longer than {_plural(len(under), 'run')} "
+                        f"({_listing(sorted({label for label, _ in under}))}): their final value is the mean of the last "
+                        f"{shown} {m.point}s, not {c.smooth} (the titles say so)."
+                    ),
+                )
+            )
 
     spread = []
     for r in c.groups:
@@ -96,18 +121,30 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
         if t.n >= 2 and t.mean > 0 and t.std / t.mean > th.max_step_cv:
             spread.append(f"{r.label} ({t.std / t.mean:.1%})")
     if spread:
-        out.append(Finding("step_time_spread", (
-            f"the seeds of {_listing(spread)} differ in seconds per step by more than --max-step-cv "
-            f"{th.max_step_cv:g} (coefficient of variation of their s/step in parentheses): seeds of one setting do "
-            f"the same work, so the machine's speed changed between them (other load, other hardware), and the "
-            f"wall-clock and GPU-hour figures carry that noise. Compare on --axis step, or re-run on an otherwise "
-            f"idle machine.")))
+        out.append(
+            Finding(
+                "step_time_spread",
+                (
+                    f"the seeds of {_listing(spread)} differ in seconds per step by more than --max-step-cv "
+                    f"{th.max_step_cv:g} (coefficient of variation of their s/step in parentheses): seeds of one setting do "
+                    f"the same work, so the machine's speed changed between them (other load, other hardware), and the "
+                    f"wall-clock and GPU-hour figures carry that noise. Compare on --axis step, or re-run on an otherwise "
+                    f"idle machine."
+                ),
+            )
+        )
 
     early = [f"{r.label} ({r.reached_at_first} of {len(r.runs)})" for r in c.groups if r.reached_at_first]
     if early:
-        out.append(Finding("reached_at_first", (
-            f"{_listing(early)} {'was' if len(early) == 1 else 'were'} at the target {c.target:.4f} at the first "
-            f"logged point of some seeds (seeds in parentheses): when they got there is not measured, so their "
-            f"compute to reach is an upper bound and the speedups that use it are bounds, not measurements. Fix: "
-            f"a higher --target.")))
+        out.append(
+            Finding(
+                "reached_at_first",
+                (
+                    f"{_listing(early)} {'was' if len(early) == 1 else 'were'} at the target {c.target:.4f} at the first "
+                    f"logged point of some seeds (seeds in parentheses): when they got there is not measured, so their "
+                    f"compute to reach is an upper bound and the speedups that use it are bounds, not measurements. Fix: "
+                    f"a higher --target."
+                ),
+            )
+        )
     return out

@@ -8,6 +8,7 @@ the runs of one group are the seeds averaged into one curve. Two checks keep a c
 - inside a group, runs may differ only in the seed and in settings that do not change training (IGNORED); any other
   difference (e.g. two learning rates) would be silently averaged, so it is refused with the keys named.
 """
+
 from __future__ import annotations
 
 import fnmatch
@@ -22,9 +23,22 @@ CONTEXT_KEYS = ("model.name", "reward.name", "data.name")
 # Config keys that differ between the seeds of one setting without changing what is trained: the seed itself,
 # logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming,
 # how often it evaluates (evaluation never changes training).
-IGNORED = ("trainer.seed", "trainer.progress", "trainer.sample_every", "trainer.num_sample_images",
-           "trainer.threads", "trainer.resume*", "trainer.checkpoint*", "trainer.ckpt*", "output_root", "task_name",
-           "logger.*", "cluster.*", "hydra.*", "eval.every")
+IGNORED = (
+    "trainer.seed",
+    "trainer.progress",
+    "trainer.sample_every",
+    "trainer.num_sample_images",
+    "trainer.threads",
+    "trainer.resume*",
+    "trainer.checkpoint*",
+    "trainer.ckpt*",
+    "output_root",
+    "task_name",
+    "logger.*",
+    "cluster.*",
+    "hydra.*",
+    "eval.every",
+)
 # The held-out evaluation is one ruler only if every run evaluates the same way: same prompts, samples, sampler
 # steps, guidance, rewards. How often it evaluates, and whether it evaluates EMA weights (a training choice), may
 # differ.
@@ -34,8 +48,8 @@ RULER_FREE = ("eval.every", "eval.use_ema")
 
 @dataclass
 class Group:
-    label: str                 # "dance_grpo", or "flow_grpo_fast · window_size=2" with more --by keys
-    values: tuple              # the --by values, in --by order
+    label: str  # "dance_grpo", or "flow_grpo_fast · window_size=2" with more --by keys
+    values: tuple  # the --by values, in --by order
     runs: list[RunData]
 
 
@@ -63,8 +77,9 @@ def apply_where(runs: list[RunData], where: list[tuple[str, object]]) -> list[Ru
         kept = [r for r in kept if _matches(r.get(key, ABSENT), value)]
         if not kept:
             seen = Counter(show(r.get(key, ABSENT)) for r in before)
-            raise CompareError(f"--where {key}={show(value)} leaves no runs; the {len(before)} runs have "
-                               f"{key} = {_counts(seen)}")
+            raise CompareError(
+                f"--where {key}={show(value)} leaves no runs; the {len(before)} runs have {key} = {_counts(seen)}"
+            )
     return kept
 
 
@@ -99,9 +114,11 @@ def _check_identified(runs: list[RunData], by: list[str]) -> None:
     unnamed = [r for r in runs if r.get("method.name") is None]
     if unnamed:
         listing = "; ".join(f"{r.name} ({r.source})" for r in unnamed[:5])
-        raise CompareError(f"{len(unnamed)} run(s) have no method.name in their config, so their method is unknown: "
-                           f"{listing}. Runs made by `rewardflow` always have it; remove these paths, or group by "
-                           f"another key with --by KEY")
+        raise CompareError(
+            f"{len(unnamed)} run(s) have no method.name in their config, so their method is unknown: "
+            f"{listing}. Runs made by `rewardflow` always have it; remove these paths, or group by "
+            f"another key with --by KEY"
+        )
 
 
 def _allowed(key: str, patterns) -> bool:
@@ -125,23 +142,29 @@ def _check_context(runs: list[RunData], by: list[str], allow_mixed) -> None:
     raise CompareError(
         f"these runs are not one comparison: they differ in {what}. Methods are compared on one model, reward and "
         f"prompt set. Fix: keep one with --where {key}={first}; or compare across them on purpose with "
-        f"--by {','.join(by + [k for k, _ in differing])}; or ignore the difference with --allow-mixed {keys}")
+        f"--by {','.join(by + [k for k, _ in differing])}; or ignore the difference with --allow-mixed {keys}"
+    )
 
 
 def check_ruler(runs: list[RunData], allow_mixed=()) -> None:
     """Refuse to compare held-out metrics measured differently (``eval.*`` settings other than RULER_FREE)."""
     flat = [flatten(r.config) for r in runs]
-    keys = sorted(k for k in set().union(*flat) if fnmatch.fnmatchcase(k, RULER)
-                  and not _allowed(k, RULER_FREE) and not _allowed(k, allow_mixed))
+    keys = sorted(
+        k
+        for k in set().union(*flat)
+        if fnmatch.fnmatchcase(k, RULER) and not _allowed(k, RULER_FREE) and not _allowed(k, allow_mixed)
+    )
     differing = [(k, seen) for k in keys if len(seen := Counter(show(f.get(k, ABSENT)) for f in flat)) > 1]
     if not differing:
         return
     what = "; ".join(f"{k} = {_counts(seen)}" for k, seen in differing[:6])
     keys = ",".join(k for k, _ in differing[:6])
-    raise CompareError(f"these runs evaluate differently: {what}. A held-out metric compares methods only when "
-                       f"every run measures it the same way. Fix: keep one with --where {differing[0][0]}="
-                       f"{differing[0][1].most_common(1)[0][0]}; or compare on the training reward with --metric "
-                       f"reward/mean; or ignore the difference with --allow-mixed {keys}")
+    raise CompareError(
+        f"these runs evaluate differently: {what}. A held-out metric compares methods only when "
+        f"every run measures it the same way. Fix: keep one with --where {differing[0][0]}="
+        f"{differing[0][1].most_common(1)[0][0]}; or compare on the training reward with --metric "
+        f"reward/mean; or ignore the difference with --allow-mixed {keys}"
+    )
 
 
 def _check_seeds_only(group: Group, by: list[str], allow_mixed) -> None:
@@ -165,7 +188,8 @@ def _check_seeds_only(group: Group, by: list[str], allow_mixed) -> None:
     raise CompareError(
         f"group '{group.label}' mixes runs whose configs differ beyond the seed: {shown}{more}. Their curves would "
         f"be averaged as if they were seeds of one setting. Fix: split by them with --by {','.join(by)},{keys}; "
-        f"or keep one with --where {key}={seen.most_common(1)[0][0]}; or average anyway with --allow-mixed {keys}")
+        f"or keep one with --where {key}={seen.most_common(1)[0][0]}; or average anyway with --allow-mixed {keys}"
+    )
 
 
 def _counts(seen: Counter) -> str:

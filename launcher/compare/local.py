@@ -5,6 +5,7 @@ A run directory (``outputs/train/runs/<ts>/`` or ``outputs/train/multiruns/<ts>/
 rows; ``metrics.jsonl`` is preferred (``source="auto"``) because it is plain JSON and is what the trainer writes
 first; the W&B file is used when it is all there is (e.g. a copied ``wandb/`` folder) or when asked for.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,11 +31,14 @@ def load_local(paths: list[str | Path], source: str = "auto") -> list[RunData]:
             raise CompareError(f"{path}: no such file or folder")
         found = _runs_under(path, source)
         if not found:
-            what = {"auto": "metrics.jsonl or wandb/offline-run-*/run-*.wandb", "jsonl": "metrics.jsonl",
-                    "wandb": "wandb/offline-run-*/run-*.wandb"}[source]
+            what = {
+                "auto": "metrics.jsonl or wandb/offline-run-*/run-*.wandb",
+                "jsonl": "metrics.jsonl",
+                "wandb": "wandb/offline-run-*/run-*.wandb",
+            }[source]
             raise CompareError(f"{path}: no runs found (looked for {what} in it and in every folder below it)")
         for run in found:
-            runs.setdefault(run.source, run)       # the same run named twice (a sweep and one of its jobs) counts once
+            runs.setdefault(run.source, run)  # the same run named twice (a sweep and one of its jobs) counts once
     return list(runs.values())
 
 
@@ -46,7 +50,7 @@ def _runs_under(path: Path, source: str) -> list[RunData]:
             return [_from_run_dir(path.parent)]
         raise CompareError(f"{path}: expected a run or sweep folder, a metrics.jsonl or a run-*.wandb file")
     run_dirs = sorted(p.parent for p in path.rglob("metrics.jsonl")) if source != "wandb" else []
-    by_dir: dict[Path, list[Path]] = {}           # run folder -> its offline W&B run folders
+    by_dir: dict[Path, list[Path]] = {}  # run folder -> its offline W&B run folders
     if source != "jsonl":
         for folder in find_offline_runs(path):
             by_dir.setdefault(folder.parent.parent if folder.parent.name == "wandb" else folder, []).append(folder)
@@ -65,8 +69,9 @@ def _same_run(run_dir: Path, folders: list[Path]) -> list[Path]:
     newest_id = files[-1].stem
     dropped = sorted({f.stem for f in files} - {newest_id})
     if dropped:
-        log.warning("%s holds several W&B runs; using the newest (%s), ignoring %s", run_dir, newest_id,
-                    ", ".join(dropped))
+        log.warning(
+            "%s holds several W&B runs; using the newest (%s), ignoring %s", run_dir, newest_id, ", ".join(dropped)
+        )
     return [f for f in files if f.stem == newest_id]
 
 
@@ -78,8 +83,15 @@ def _from_wandb_files(files: list[Path]) -> RunData:
     for p in parts:
         config.update(unwrap_config(p.config))
     rows = clean_rows(row for p in parts for row in p.history)
-    return RunData(run_id=last.run_id or files[-1].stem, name=last.name or last.run_id, source=str(files[-1].parent),
-                   config=config, rows=rows, group=last.group or None, tags=list(last.tags))
+    return RunData(
+        run_id=last.run_id or files[-1].stem,
+        name=last.name or last.run_id,
+        source=str(files[-1].parent),
+        config=config,
+        rows=rows,
+        group=last.group or None,
+        tags=list(last.tags),
+    )
 
 
 def _from_run_dir(run_dir: Path) -> RunData:
@@ -95,8 +107,14 @@ def _from_run_dir(run_dir: Path) -> RunData:
     config = _hydra_config(run_dir)
     overrides = _yaml(run_dir / ".hydra" / "overrides.yaml") or []
     name = ",".join(str(o) for o in overrides if not str(o).startswith(("output_root=", "hydra.")))
-    return RunData(run_id=str(run_dir), name=name or run_dir.name, source=str(run_dir), config=config,
-                   rows=clean_rows(rows), group=_group_of(run_dir, config))
+    return RunData(
+        run_id=str(run_dir),
+        name=name or run_dir.name,
+        source=str(run_dir),
+        config=config,
+        rows=clean_rows(rows),
+        group=_group_of(run_dir, config),
+    )
 
 
 def _hydra_config(run_dir: Path) -> dict:
@@ -109,7 +127,7 @@ def _hydra_config(run_dir: Path) -> dict:
     cfg = OmegaConf.load(path)
     try:
         return OmegaConf.to_container(cfg, resolve=True)
-    except Exception:            # interpolations that need Hydra's runtime (${now:...}, ${hydra:...}) stay as text
+    except Exception:  # interpolations that need Hydra's runtime (${now:...}, ${hydra:...}) stay as text
         return OmegaConf.to_container(cfg, resolve=False)
 
 

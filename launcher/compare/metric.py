@@ -5,6 +5,7 @@ family's deterministic sampler, the same for every method, seed and step: one ru
 reward (``reward/mean``) scores each method's own training samples (its sampler, its noise, one batch per step), so
 two methods' training rewards are not measured the same way; it is the fallback, and the report says so.
 """
+
 from __future__ import annotations
 
 import re
@@ -23,9 +24,9 @@ SMOOTH_EVAL = 1
 
 @dataclass(frozen=True)
 class Metric:
-    key: str                 # the logged metric compared, e.g. eval/color/mean or reward/mean
-    held_out: bool           # True for eval/<reward>/mean
-    how_chosen: str          # one sentence for the report: why this metric
+    key: str  # the logged metric compared, e.g. eval/color/mean or reward/mean
+    held_out: bool  # True for eval/<reward>/mean
+    how_chosen: str  # one sentence for the report: why this metric
 
     @property
     def point(self) -> str:
@@ -51,20 +52,30 @@ def choose_metric(runs: list[RunData], requested: str = "auto") -> Metric:
         held_out = bool(EVAL_MEAN.match(requested))
         return Metric(requested, held_out, f"`{requested}`, chosen with --metric.")
     if not found:
-        return Metric(REWARD, False, "`reward/mean`, the **training reward**: these runs logged no held-out "
-                      "evaluation (`eval/<reward>/mean`); see the warnings.")
+        return Metric(
+            REWARD,
+            False,
+            "`reward/mean`, the **training reward**: these runs logged no held-out "
+            "evaluation (`eval/<reward>/mean`); see the warnings.",
+        )
     trained = {f"eval/{r.get('reward.name')}/mean" for r in runs} & set(found)
     if len(found) == 1:
         key = found[0]
     elif len(trained) == 1:
         key = trained.pop()
     else:
-        raise CompareError(f"these runs logged several held-out metrics ({', '.join(found)}) and none is "
-                           f"eval/<reward.name>/mean of the trained reward; choose one with --metric "
-                           f"{found[0]}")
+        raise CompareError(
+            f"these runs logged several held-out metrics ({', '.join(found)}) and none is "
+            f"eval/<reward.name>/mean of the trained reward; choose one with --metric "
+            f"{found[0]}"
+        )
     _check_all_have(runs, key, found)
-    return Metric(key, True, f"`{key}`, the held-out evaluation (fixed prompts and initial noise, the family's "
-                             f"deterministic sampler: the same ruler for every method).")
+    return Metric(
+        key,
+        True,
+        f"`{key}`, the held-out evaluation (fixed prompts and initial noise, the family's "
+        f"deterministic sampler: the same ruler for every method).",
+    )
 
 
 def _check_all_have(runs: list[RunData], key: str, found: list[str]) -> None:
@@ -73,9 +84,13 @@ def _check_all_have(runs: list[RunData], key: str, found: list[str]) -> None:
         return
     names = ", ".join(r.name for r in lacking[:5]) + ("..." if len(lacking) > 5 else "")
     if EVAL_MEAN.match(key):
-        fix = (f"compare every run on the training reward with --metric {REWARD}, or re-run those with "
-               f"evaluation on (eval.every=N)")
+        fix = (
+            f"compare every run on the training reward with --metric {REWARD}, or re-run those with "
+            f"evaluation on (eval.every=N)"
+        )
     else:
         fix = f"choose a metric they all logged with --metric (held-out ones found: {', '.join(found) or 'none'})"
-    raise CompareError(f"{len(lacking)} of the {len(runs)} runs did not log {key}: {names}. Methods are compared "
-                       f"on one metric. Fix: {fix}")
+    raise CompareError(
+        f"{len(lacking)} of the {len(runs)} runs did not log {key}: {names}. Methods are compared "
+        f"on one metric. Fix: {fix}"
+    )

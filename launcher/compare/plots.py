@@ -1,6 +1,7 @@
 """The comparison as PNGs (matplotlib, headless): the compared metric against step, wall-clock and GPU-hours (mean
 over seeds with a band), all three side by side, and the seconds per step split by phase. Labels say what is drawn:
 the metric, its smoothing window as used, what the band is."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,15 +29,22 @@ def _draw(ax, c: Comparison, axis: str) -> None:
         color = f"C{i % 10}"
         seeds = f"{len(r.runs)} seed{'s' * (len(r.runs) > 1)}"
         # evaluations are sparse: mark each one
-        ax.plot(curve.x, curve.mean, color=color, lw=1.8, label=f"{r.label} ({seeds})",
-                marker="o" if c.metric.held_out else None, ms=3)
+        ax.plot(
+            curve.x,
+            curve.mean,
+            color=color,
+            lw=1.8,
+            label=f"{r.label} ({seeds})",
+            marker="o" if c.metric.held_out else None,
+            ms=3,
+        )
         ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.2, lw=0)
     ax.axhline(c.target, color="0.4", ls=":", lw=1, label="target")
     if axis == s.axis:
         ax.axvline(c.budget - axis_offset(axis), color="0.4", ls="--", lw=1, label="common budget")
     ax.set_xlabel(f"{AXIS_LABELS[axis]} ({AXES[axis]})" if axis != "step" else "step")
     ax.set_ylabel(f"{c.metric.key} ({curve_title(c)})")
-    if axis == "gpu_hours":        # tiny on a CPU demo, large on a cluster: scientific ticks stay readable
+    if axis == "gpu_hours":  # tiny on a CPU demo, large on a cluster: scientific ticks stay readable
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 4))
     ax.grid(alpha=0.3)
 
@@ -84,13 +92,20 @@ def time_figure(c: Comparison, out_dir: Path) -> dict[str, str]:
     parts = [(k.split("/")[1].removesuffix("_s"), [r.per_step[k].mean for r in c.groups]) for k in PHASES]
     rest = [max(r.per_step[STEP_TIME].mean - sum(r.per_step[k].mean for k in PHASES), 0.0) for r in c.groups]
     for i, (name, values) in enumerate([*parts, ("other", rest)]):
-        values = [0.0 if v != v else v for v in values]         # NaN (phase not logged) draws nothing
+        values = [0.0 if v != v else v for v in values]  # NaN (phase not logged) draws nothing
         ax.bar(labels, values, bottom=bottom, label=name, color=f"C{i}")
         bottom = [b + v for b, v in zip(bottom, values)]
-    for i, r in enumerate(c.groups):     # the passes explain the bars: what each method pays per step
+    for i, r in enumerate(c.groups):  # the passes explain the bars: what each method pays per step
         fwd, bwd = (r.per_step[k].mean for k in COUNTS)
-        ax.annotate(f"fwd {fwd:.4g} / bwd {bwd:.4g}", (i, bottom[i]), ha="center", va="bottom", fontsize=8,
-                    xytext=(0, 2), textcoords="offset points")
+        ax.annotate(
+            f"fwd {fwd:.4g} / bwd {bwd:.4g}",
+            (i, bottom[i]),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 2),
+            textcoords="offset points",
+        )
     ax.set_ylabel(f"seconds per step (warm-up: first {c.settings.warmup_steps} left out)")
     ax.margins(y=0.12)
     ax.set_title("time per step by phase")

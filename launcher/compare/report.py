@@ -2,6 +2,7 @@
 
 Titles say what was measured: the metric's name, the smoothing window actually used (``last 2 steps`` for runs of
 2 steps, whatever ``--smooth`` asked for), the confidence of the intervals; thin-evidence warnings come first."""
+
 from __future__ import annotations
 
 import math
@@ -111,21 +112,37 @@ def _span(values: list[int]) -> str:
 def outcome_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     s, u, key = c.settings, unit(c.settings.axis), c.metric.key
     held_out = c.metric.held_out
-    header = ["group", "seeds", "steps", *(["evaluations"] if held_out else []),
-              f"final {key} ({window_title(c)}), {pct(s.confidence)} interval", f"{key} at {num(c.budget)} {u}",
-              f"{u} to reach {rew(c.target)}", f"speedup vs {c.baseline}", f"total {u}"]
+    header = [
+        "group",
+        "seeds",
+        "steps",
+        *(["evaluations"] if held_out else []),
+        f"final {key} ({window_title(c)}), {pct(s.confidence)} interval",
+        f"{key} at {num(c.budget)} {u}",
+        f"{u} to reach {rew(c.target)}",
+        f"speedup vs {c.baseline}",
+        f"total {u}",
+    ]
     rows = []
     for r in c.groups:
         base = r.label == c.baseline
 
-        def test(key_: str, e, direction):
+        def test(key_: str, e, direction, base=base, r=r):
             return tested(e, None if base else r.verdicts[key_], direction)
 
-        rows.append([r.label, str(len(r.runs)), _span(r.steps), *([_span(r.points)] if held_out else []),
-                     test("final", r.final, "higher" if r.final.mean > _base(c).final.mean else "lower"),
-                     test("at_budget", r.at_budget,
-                          "higher" if r.at_budget.mean > _base(c).at_budget.mean else "lower"),
-                     _reach(r, c), _speedup(r, c), with_interval(r.total[s.axis], num)])
+        rows.append(
+            [
+                r.label,
+                str(len(r.runs)),
+                _span(r.steps),
+                *([_span(r.points)] if held_out else []),
+                test("final", r.final, "higher" if r.final.mean > _base(c).final.mean else "lower"),
+                test("at_budget", r.at_budget, "higher" if r.at_budget.mean > _base(c).at_budget.mean else "lower"),
+                _reach(r, c),
+                _speedup(r, c),
+                with_interval(r.total[s.axis], num),
+            ]
+        )
     return header, rows
 
 
@@ -134,43 +151,88 @@ def _base(c: Comparison) -> GroupResult:
 
 
 def cost_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    header = ["group", "s / step", "rollout s", "reward s", "update s", "transformer fwd / step",
-              "transformer bwd / step", "total wall-clock s", "total GPU-h"]
+    header = [
+        "group",
+        "s / step",
+        "rollout s",
+        "reward s",
+        "update s",
+        "transformer fwd / step",
+        "transformer bwd / step",
+        "total wall-clock s",
+        "total GPU-h",
+    ]
     rows = []
     for r in c.groups:
         p = r.per_step
         # the interval of s/step says how steady the timing is; phase means are enough to see where time goes
-        rows.append([r.label, with_interval(p[STEP_TIME], num, False), *(num(p[k].mean) for k in (*PHASES, *COUNTS)),
-                     *(with_interval(r.total.get(a), num, False) for a in ("wallclock_s", "gpu_hours"))])
+        rows.append(
+            [
+                r.label,
+                with_interval(p[STEP_TIME], num, False),
+                *(num(p[k].mean) for k in (*PHASES, *COUNTS)),
+                *(with_interval(r.total.get(a), num, False) for a in ("wallclock_s", "gpu_hours")),
+            ]
+        )
     return header, rows
 
 
 def runs_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
     u = unit(c.settings.axis)
-    header = ["group", "seed", "run", "steps", *(["evaluations"] if c.metric.held_out else []),
-              f"final {c.metric.key}", f"total {u}", "source"]
+    header = [
+        "group",
+        "seed",
+        "run",
+        "steps",
+        *(["evaluations"] if c.metric.held_out else []),
+        f"final {c.metric.key}",
+        f"total {u}",
+        "source",
+    ]
     rows = []
     for r in c.groups:
         for t in sorted(r.traces, key=lambda t: show(t.run.seed)):
             total = t.total(c.settings.axis) if c.settings.axis in t.x else None
-            rows.append([r.label, show(t.run.seed), t.run.name, str(t.steps),
-                         *([str(t.points)] if c.metric.held_out else []),
-                         f"{rew(t.final)} (last {t.window})", num(total), t.run.source])
+            rows.append(
+                [
+                    r.label,
+                    show(t.run.seed),
+                    t.run.name,
+                    str(t.steps),
+                    *([str(t.points)] if c.metric.held_out else []),
+                    f"{rew(t.final)} (last {t.window})",
+                    num(total),
+                    t.run.source,
+                ]
+            )
     return header, rows
 
 
-def markdown(c: Comparison, context: dict[str, str], sources: list[str], figures: dict[str, str],
-             title: str = "Method comparison") -> str:
+def markdown(
+    c: Comparison,
+    context: dict[str, str],
+    sources: list[str],
+    figures: dict[str, str],
+    title: str = "Method comparison",
+) -> str:
     s = c.settings
     n_runs = sum(len(r.runs) for r in c.groups)
-    band = (f"the curves' bands are {pct(s.confidence)} intervals of the mean" if s.band == "ci"
-            else f"the curves' bands are {BAND_NAMES[s.band]}")
-    lines = [f"# {title}", "",
-             f"{n_runs} runs in {len(c.groups)} groups from {', '.join(sources)}. "
-             f"Model `{context['model.name']}`, reward `{context['reward.name']}`, prompts `{context['data.name']}`. "
-             f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); figures over seeds are means with "
-             f"{pct(s.confidence)} intervals [low, high]; {band}.", "",
-             f"Metric: {c.metric.how_chosen}", ""]
+    band = (
+        f"the curves' bands are {pct(s.confidence)} intervals of the mean"
+        if s.band == "ci"
+        else f"the curves' bands are {BAND_NAMES[s.band]}"
+    )
+    lines = [
+        f"# {title}",
+        "",
+        f"{n_runs} runs in {len(c.groups)} groups from {', '.join(sources)}. "
+        f"Model `{context['model.name']}`, reward `{context['reward.name']}`, prompts `{context['data.name']}`. "
+        f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); figures over seeds are means with "
+        f"{pct(s.confidence)} intervals [low, high]; {band}.",
+        "",
+        f"Metric: {c.metric.how_chosen}",
+        "",
+    ]
     if c.warnings:
         lines += ["## Read this first: thin evidence", ""] + [f"- **{w.kind}**: {w.message}" for w in c.warnings]
         lines += [""]
@@ -189,19 +251,24 @@ def markdown(c: Comparison, context: dict[str, str], sources: list[str], figures
 def notes(c: Comparison) -> list[str]:
     s, u, m = c.settings, unit(c.settings.axis), c.metric
     conf = pct(s.confidence)
-    smoothing = (f"Curves are `{m.key}` at each logged {m.point} (no smoothing)" if c.smooth == 1 else
-                 f"Curves are `{m.key}` smoothed by a trailing mean over the last {c.smooth} logged {m.point}s "
-                 f"(fewer at a run's start and in runs with fewer points: the column titles give the window used)")
+    smoothing = (
+        f"Curves are `{m.key}` at each logged {m.point} (no smoothing)"
+        if c.smooth == 1
+        else f"Curves are `{m.key}` smoothed by a trailing mean over the last {c.smooth} logged {m.point}s "
+        f"(fewer at a run's start and in runs with fewer points: the column titles give the window used)"
+    )
     out = [
         f"{smoothing}; a run's final value is that curve's last value. Points without a value (skipped updates"
         f"{', steps without an evaluation' if m.held_out else ''}) are left out.",
         f"Over seeds, each figure is the mean with a {conf} interval: "
-        + {"auto": f"Student's t (mean ± t·s/√n, s the sample std) below {stats.BOOTSTRAP_FROM_SEEDS} seeds, a "
-                   f"percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples) from "
-                   f"{stats.BOOTSTRAP_FROM_SEEDS} on",
-           "t": "Student's t (mean ± t·s/√n, s the sample std), chosen with --interval t",
-           "bootstrap": f"a percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples), chosen with "
-                        f"--interval bootstrap"}[s.interval]
+        + {
+            "auto": f"Student's t (mean ± t·s/√n, s the sample std) below {stats.BOOTSTRAP_FROM_SEEDS} seeds, a "
+            f"percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples) from "
+            f"{stats.BOOTSTRAP_FROM_SEEDS} on",
+            "t": "Student's t (mean ± t·s/√n, s the sample std), chosen with --interval t",
+            "bootstrap": f"a percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples), chosen with "
+            f"--interval bootstrap",
+        }[s.interval]
         + "; one seed has no interval.",
         f"Test against the baseline `{c.baseline}`: a difference is *significant* when the two {conf} intervals "
         f"do not overlap and *not significant* when they do; *untested* when a side has one seed. The test is "
@@ -211,34 +278,48 @@ def notes(c: Comparison) -> list[str]:
         "that step; otherwise each seed's curve is linearly interpolated onto the union of the seeds' logged "
         "x-values and a seed that has ended keeps its final value.",
         f"Value at {num(c.budget)} {u}: each seed's curve at that budget. "
-        + ("The budget was given with --budget." if s.budget is not None else
-           "The budget is the smallest total compute of any run compared, so every run reached it."),
+        + (
+            "The budget was given with --budget."
+            if s.budget is not None
+            else "The budget is the smallest total compute of any run compared, so every run reached it."
+        ),
         f"{u} to reach {rew(c.target)} ("
-        + ("given with --target" if s.target is not None else
-           f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
-           f"reached")
+        + (
+            "given with --target"
+            if s.target is not None
+            else f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
+            f"reached"
+        )
         + f"): per seed, the first point where its curve reaches it (linear between logged points), then the mean "
-          f"over seeds (an interval reaching below 0, as a t-interval over few seeds can, is cut at 0); "
-          f"`{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the group's mean "
-          f"curve). Speedup = the baseline's mean {u} to reach it / the group's (> 1: fewer {u} for the same "
-          f"value); its interval is [baseline low / group high, baseline high / group low], every ratio of values "
-          f"inside the two intervals, so it excludes 1 exactly when the test calls the difference significant.",
+        f"over seeds (an interval reaching below 0, as a t-interval over few seeds can, is cut at 0); "
+        f"`{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the group's mean "
+        f"curve). Speedup = the baseline's mean {u} to reach it / the group's (> 1: fewer {u} for the same "
+        f"value); its interval is [baseline low / group high, baseline high / group low], every ratio of values "
+        f"inside the two intervals, so it excludes 1 exactly when the test calls the difference significant.",
         f"Per-step timings are means over steps (the first {s.warmup_steps} left out as warm-up), then over seeds; "
         f"transformer passes are counted per sample on the model (a batch of B rows counts B).",
     ]
     if s.axis == "step":
         out.append("On the step axis, compute is the number of steps done (last logged step + 1).")
     if c.budget_runs_ended_before:
-        out.append(f"Runs that ended before the budget count with their final value: "
-                   f"{', '.join(c.budget_runs_ended_before)}.")
+        out.append(
+            f"Runs that ended before the budget count with their final value: {', '.join(c.budget_runs_ended_before)}."
+        )
     return out
 
 
 def _est(e: Estimate | None) -> dict[str, Any] | None:
     if e is None:
         return None
-    return {"mean": _f(e.mean), "lo": _f(e.lo), "hi": _f(e.hi), "n": e.n, "interval": e.method, "std": _f(e.std),
-            "values": [_f(v) for v in e.values]}
+    return {
+        "mean": _f(e.mean),
+        "lo": _f(e.lo),
+        "hi": _f(e.hi),
+        "n": e.n,
+        "interval": e.method,
+        "std": _f(e.std),
+        "values": [_f(v) for v in e.values],
+    }
 
 
 def _f(v):
@@ -250,24 +331,62 @@ def _f(v):
 def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures: dict[str, str]) -> dict[str, Any]:
     s, th = c.settings, c.settings.thresholds
     return {
-        "settings": {"axis": s.axis, "axis_metric": AXES[s.axis], "smooth": c.smooth, "smooth_given": s.smooth,
-                     "band": s.band, "warmup_steps": s.warmup_steps, "budget_given": s.budget,
-                     "target_given": s.target, "confidence": s.confidence, "interval": s.interval,
-                     "min_seeds": th.min_seeds, "min_points": th.min_points, "max_step_cv": th.max_step_cv},
+        "settings": {
+            "axis": s.axis,
+            "axis_metric": AXES[s.axis],
+            "smooth": c.smooth,
+            "smooth_given": s.smooth,
+            "band": s.band,
+            "warmup_steps": s.warmup_steps,
+            "budget_given": s.budget,
+            "target_given": s.target,
+            "confidence": s.confidence,
+            "interval": s.interval,
+            "min_seeds": th.min_seeds,
+            "min_points": th.min_points,
+            "max_step_cv": th.max_step_cv,
+        },
         "metric": {"key": c.metric.key, "held_out": c.metric.held_out, "how_chosen": c.metric.how_chosen},
         "warnings": [{"kind": w.kind, "message": w.message} for w in c.warnings],
-        "context": context, "sources": sources, "figures": figures,
-        "baseline": c.baseline, "budget": c.budget, "target": c.target,
-        "groups": [{
-            "label": r.label, "seeds": len(r.runs), "steps": r.steps, "points": r.points,
-            "final": _est(r.final), "at_budget": _est(r.at_budget), "reach": _est(r.reach),
-            "reached": r.reached, "reached_at_first": r.reached_at_first, "best": _f(r.best),
-            "speedup": _f(r.speedup), "speedup_interval": [_f(r.speedup_lo), _f(r.speedup_hi)],
-            "verdicts": None if r.label == c.baseline else r.verdicts,
-            "total": {a: _est(v) for a, v in r.total.items()},
-            "per_step": {k: _est(v) for k, v in r.per_step.items()},
-            "runs": [{"id": t.run.run_id, "name": t.run.name, "source": t.run.source, "seed": t.run.seed,
-                      "group": t.run.group, "steps": t.steps, "points": t.points, "window": t.window,
-                      "final": t.final, "total": {a: t.total(a) for a in t.x}} for t in r.traces],
-        } for r in c.groups],
+        "context": context,
+        "sources": sources,
+        "figures": figures,
+        "baseline": c.baseline,
+        "budget": c.budget,
+        "target": c.target,
+        "groups": [
+            {
+                "label": r.label,
+                "seeds": len(r.runs),
+                "steps": r.steps,
+                "points": r.points,
+                "final": _est(r.final),
+                "at_budget": _est(r.at_budget),
+                "reach": _est(r.reach),
+                "reached": r.reached,
+                "reached_at_first": r.reached_at_first,
+                "best": _f(r.best),
+                "speedup": _f(r.speedup),
+                "speedup_interval": [_f(r.speedup_lo), _f(r.speedup_hi)],
+                "verdicts": None if r.label == c.baseline else r.verdicts,
+                "total": {a: _est(v) for a, v in r.total.items()},
+                "per_step": {k: _est(v) for k, v in r.per_step.items()},
+                "runs": [
+                    {
+                        "id": t.run.run_id,
+                        "name": t.run.name,
+                        "source": t.run.source,
+                        "seed": t.run.seed,
+                        "group": t.run.group,
+                        "steps": t.steps,
+                        "points": t.points,
+                        "window": t.window,
+                        "final": t.final,
+                        "total": {a: t.total(a) for a in t.x},
+                    }
+                    for t in r.traces
+                ],
+            }
+            for r in c.groups
+        ],
     }

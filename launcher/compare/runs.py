@@ -2,6 +2,7 @@
 
 Metric names are the public ones the trainer logs (docs/metrics.md); nothing here depends on where a run came from.
 """
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,7 @@ AXIS_LABELS = {"step": "step", "wallclock_s": "wall-clock (s)", "gpu_hours": "GP
 PHASES = ("time/rollout_s", "time/reward_s", "time/update_s")
 STEP_TIME = "time/step_s"
 COUNTS = ("count/transformer_fwd", "count/transformer_bwd")
-ABSENT = object()                 # a config key a run does not have
+ABSENT = object()  # a config key a run does not have
 
 
 @dataclass
@@ -26,11 +27,11 @@ class RunData:
 
     run_id: str
     name: str
-    source: str                       # the folder, file or W&B URL it was read from
+    source: str  # the folder, file or W&B URL it was read from
     config: dict[str, Any]
-    rows: list[dict[str, Any]]        # one row per logged step, sorted by step, one row per step (last write wins)
-    group: str | None = None          # the W&B group (sweep-<ts> for `rewardflow -m`)
-    state: str | None = None          # W&B run state when known (finished, crashed, running...)
+    rows: list[dict[str, Any]]  # one row per logged step, sorted by step, one row per step (last write wins)
+    group: str | None = None  # the W&B group (sweep-<ts> for `rewardflow -m`)
+    state: str | None = None  # W&B run state when known (finished, crashed, running...)
     tags: list[str] = field(default_factory=list)
 
     def series(self, key: str) -> np.ndarray:

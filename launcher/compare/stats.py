@@ -16,22 +16,23 @@
 - :func:`ratio_interval`: every ratio of a value in one interval to a value in the other; it excludes 1 exactly when
   the two intervals do not overlap, so a speedup's interval and its verdict always agree.
 """
+
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
 INTERVALS = ("auto", "t", "bootstrap")
-BOOTSTRAP_FROM_SEEDS = 10        # --interval auto: t below this many seeds, the bootstrap from here on
+BOOTSTRAP_FROM_SEEDS = 10  # --interval auto: t below this many seeds, the bootstrap from here on
 BOOTSTRAP_SAMPLES = 10_000
-BOOTSTRAP_SEED = 0               # fixed, so the same runs always give the same report
+BOOTSTRAP_SEED = 0  # fixed, so the same runs always give the same report
 
 SIGNIFICANT = "significant"
 NOT_SIGNIFICANT = "not significant"
-UNTESTED = "untested"            # a side has one seed: no interval, nothing to test
+UNTESTED = "untested"  # a side has one seed: no interval, nothing to test
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,8 @@ class Estimate:
     lo: float
     hi: float
     n: int
-    method: str                      # "t", "bootstrap", or "none"
-    std: float                       # sample standard deviation over seeds (ddof 1), NaN below 2 seeds
+    method: str  # "t", "bootstrap", or "none"
+    std: float  # sample standard deviation over seeds (ddof 1), NaN below 2 seeds
     values: tuple[float, ...] = ()
 
     @property
@@ -69,16 +70,16 @@ def _two_sided_cdf(t: float, df: int) -> float:
     return math.sin(theta) * total
 
 
-@lru_cache(maxsize=None)
+@cache
 def t_quantile(p: float, df: int) -> float:
     """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` >= 1 degrees of freedom, to double precision."""
     if not 0.5 < p < 1.0 or df < 1 or int(df) != df:
         raise ValueError(f"t_quantile needs 0.5 < p < 1 and an integer df >= 1 (got p={p}, df={df})")
-    coverage = 2.0 * p - 1.0              # P(|T| <= q) = 2p - 1
+    coverage = 2.0 * p - 1.0  # P(|T| <= q) = 2p - 1
     lo, hi = 0.0, 1.0
     while _two_sided_cdf(hi, int(df)) < coverage:
         hi *= 2.0
-    for _ in range(200):                  # bisection: the distribution function is increasing in t
+    for _ in range(200):  # bisection: the distribution function is increasing in t
         mid = 0.5 * (lo + hi)
         if mid in (lo, hi):
             break
@@ -139,7 +140,7 @@ def curve_interval(ys: np.ndarray, confidence: float = 0.95, interval: str = "au
         return mean - half, mean + half
     rng = np.random.default_rng(BOOTSTRAP_SEED)
     idx = rng.integers(0, n, size=(BOOTSTRAP_SAMPLES, n))
-    means = ys[idx].mean(axis=1)                               # resamples x points
+    means = ys[idx].mean(axis=1)  # resamples x points
     lo, hi = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0], axis=0)
     return lo, hi
 

@@ -6,6 +6,7 @@ can evaluate between steps) and its statistics are :mod:`launcher.compare.stats`
 intervals, and paired differences (variants trained with the same seed share the prompt order and every step's
 sampling noise at the start, so the difference of two variants is estimated per seed).
 """
+
 from __future__ import annotations
 
 import logging
@@ -20,8 +21,13 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled",
-                  HF_HUB_DISABLE_PROGRESS_BARS="1", TOKENIZERS_PARALLELISM="false")
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    WANDB_MODE="disabled",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    TOKENIZERS_PARALLELISM="false",
+)
 
 from launcher.compare.stats import Estimate, estimate  # noqa: E402
 
@@ -29,7 +35,7 @@ REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive at this scale"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
-MIN_SEEDS = 5                   # fewer seeds per variant give no verdict, whatever their intervals say
+MIN_SEEDS = 5  # fewer seeds per variant give no verdict, whatever their intervals say
 
 
 @dataclass
@@ -64,7 +70,7 @@ class StudyResult:
     summary: dict[str, str]
     markdown: str
     data: dict
-    figures: dict[str, object] = field(default_factory=dict)    # file stem -> matplotlib figure
+    figures: dict[str, object] = field(default_factory=dict)  # file stem -> matplotlib figure
 
 
 def compose(overrides: list[str]):
@@ -159,5 +165,5 @@ def saved(path: Path, key: dict, compute: Callable[[], dict]) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({"key": key, "result": result}))
-    tmp.replace(path)                   # never a half-written file for a later rerun to read
+    tmp.replace(path)  # never a half-written file for a later rerun to read
     return result

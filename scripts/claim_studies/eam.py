@@ -13,6 +13,7 @@ h = 1/40 of AM's appendix) and ``am_small_h`` (h = 1e-3: the offset's bias on th
 sweep. The per-iteration speed in AM-parity mode, on one batch side by side, is the like-for-like cost figure: on the
 toy here and on the tiny FLUX twin through ``scripts/bench_eam.py``'s cost part.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -25,13 +26,17 @@ from models.toy_gaussian import gaussian_velocity_am
 
 METHODS = {
     "eam": ["experiment=toy_eam"],
-    "eam_parity": ["experiment=toy_eam", "method.loss_timesteps=20", "method.time_sampling=am_grid",
-                   "method.sampling_steps=40"],
+    "eam_parity": [
+        "experiment=toy_eam",
+        "method.loss_timesteps=20",
+        "method.time_sampling=am_grid",
+        "method.sampling_steps=40",
+    ],
     "am": ["experiment=toy_am"],
     "am_small_h": ["experiment=toy_am", "method.sigma_offset=0.001"],
 }
-LAMBDAS = (0.4, 0.8, 3.2)        # the reward scales of the full study
-TOLERANCES = (0.1, 0.05)          # error within which the target counts as reached (the second is the headline)
+LAMBDAS = (0.4, 0.8, 3.2)  # the reward scales of the full study
+TOLERANCES = (0.1, 0.05)  # error within which the target counts as reached (the second is the headline)
 RULER_SAMPLES, RULER_STEPS = 4000, 50
 
 
@@ -56,8 +61,9 @@ class Ruler:
         return max(self.errors(trainer))
 
 
-def terminal_bias(offset: float, mu0: torch.Tensor, var0: torch.Tensor, steps: int = 40, samples: int = 100_000,
-                  seed: int = 0) -> tuple[float, float]:
+def terminal_bias(
+    offset: float, mu0: torch.Tensor, var0: torch.Tensor, steps: int = 40, samples: int = 100_000, seed: int = 0
+) -> tuple[float, float]:
     """Mean and variance error (largest over coordinates) of AM's K-step Euler–Maruyama memoryless rollout of the
     *pretrained* model with zero control: what AM's sampler targets with no fine-tuning at all, for offset h."""
     sched = MemorylessSchedule(offset)
@@ -84,8 +90,13 @@ def train_to_target(trainer, ruler: Ruler, iterations: int, eval_every: int) -> 
     for tol in TOLERANCES:
         hit = next((c for c in curve if c[3] <= tol), None)
         hits[f"{tol:g}"] = None if hit is None else {"iteration": hit[0], "cpu_s": hit[1], "units": hit[2]}
-    return {"curve": curve, "time_to": hits, "final_error": curve[-1][3],
-            "cpu_s_per_iteration": cpu / iterations, "units_per_iteration": units / iterations}
+    return {
+        "curve": curve,
+        "time_to": hits,
+        "final_error": curve[-1][3],
+        "cpu_s_per_iteration": cpu / iterations,
+        "units_per_iteration": units / iterations,
+    }
 
 
 def side_by_side_cost(ctx: Context, lam: float, batch: int, rounds: int) -> dict:
@@ -93,79 +104,134 @@ def side_by_side_cost(ctx: Context, lam: float, batch: int, rounds: int) -> dict
     samples per prompt), the methods alternating, after a warm-up round."""
     trainers = {}
     for name in ("am", "eam_parity", "eam"):
-        trainers[name] = make_trainer([*METHODS[name], f"method.reward_scale={lam}", "method.group_size=64",
-                                       f"method.prompts_per_step={batch // 64}", f"method.update_batch={batch * 64}",
-                                       f"trainer.threads={ctx.threads}"], ctx.work / "eam" / "cost" / name)
+        trainers[name] = make_trainer(
+            [
+                *METHODS[name],
+                f"method.reward_scale={lam}",
+                "method.group_size=64",
+                f"method.prompts_per_step={batch // 64}",
+                f"method.update_batch={batch * 64}",
+                f"trainer.threads={ctx.threads}",
+            ],
+            ctx.work / "eam" / "cost" / name,
+        )
     times: dict[str, list[float]] = {n: [] for n in trainers}
     units = {}
     for r in range(rounds + 1):
-        for name in (list(trainers) if r % 2 == 0 else list(trainers)[::-1]):
+        for name in list(trainers) if r % 2 == 0 else list(trainers)[::-1]:
             metrics, seconds = timed_step(trainers[name], r)
             if r:
                 times[name].append(seconds)
             units[name] = compute_units(metrics) / batch
     med = {n: statistics.median(v) for n, v in times.items()}
-    return {"batch": batch, "rounds": rounds, "cpu_s_per_iteration": med, "units_per_sample": units,
-            "am_over_eam_parity": med["am"] / med["eam_parity"], "am_over_eam": med["am"] / med["eam"]}
+    return {
+        "batch": batch,
+        "rounds": rounds,
+        "cpu_s_per_iteration": med,
+        "units_per_sample": units,
+        "am_over_eam_parity": med["am"] / med["eam_parity"],
+        "am_over_eam": med["am"] / med["eam"],
+    }
 
 
 def twin_cost(ctx: Context) -> dict:
     """scripts/bench_eam.py's cost part on the tiny FLUX twin (LoRA): AM, EAM and EAM in AM-parity mode."""
     import bench_eam
 
-    argv = ["--parts", "cost", "--rounds", "1" if ctx.quick else "5", "--warmup", "0" if ctx.quick else "1",
-            "--threads", str(ctx.threads)]
+    argv = [
+        "--parts",
+        "cost",
+        "--rounds",
+        "1" if ctx.quick else "5",
+        "--warmup",
+        "0" if ctx.quick else "1",
+        "--threads",
+        str(ctx.threads),
+    ]
     return bench_eam.main(argv)
 
 
 def run(ctx: Context) -> dict:
     say = ctx.say
     lams = [0.8] if ctx.quick else [float(x) for x in ctx.parts] if ctx.parts else list(LAMBDAS)
-    iterations = {"eam": 4, "eam_parity": 2, "am": 2, "am_small_h": 2} if ctx.quick else \
-        {"eam": 300, "eam_parity": 150, "am": 200, "am_small_h": 200}
-    every = {"eam": 2, "eam_parity": 1, "am": 1, "am_small_h": 1} if ctx.quick else \
-        {"eam": 10, "eam_parity": 5, "am": 5, "am_small_h": 5}
+    iterations = (
+        {"eam": 4, "eam_parity": 2, "am": 2, "am_small_h": 2}
+        if ctx.quick
+        else {"eam": 300, "eam_parity": 150, "am": 200, "am_small_h": 200}
+    )
+    every = (
+        {"eam": 2, "eam_parity": 1, "am": 1, "am_small_h": 1}
+        if ctx.quick
+        else {"eam": 10, "eam_parity": 5, "am": 5, "am_small_h": 5}
+    )
     samples = 500 if ctx.quick else RULER_SAMPLES
-    out = {"lambdas": lams, "iterations": iterations, "tolerances": list(TOLERANCES), "seeds": ctx.seeds,
-           "ruler": {"samples": samples, "steps": RULER_STEPS}, "by_lambda": {}}
+    out = {
+        "lambdas": lams,
+        "iterations": iterations,
+        "tolerances": list(TOLERANCES),
+        "seeds": ctx.seeds,
+        "ruler": {"samples": samples, "steps": RULER_STEPS},
+        "by_lambda": {},
+    }
     for lam in lams:
         res = {"precondition": None, "runs": {}}
         for name in METHODS:
             runs = []
             for seed in ctx.seeds:
-                overrides = [*METHODS[name], f"method.reward_scale={lam}", f"trainer.seed={seed}",
-                             f"model.seed={seed}", f"trainer.threads={ctx.threads}"]
+                overrides = [
+                    *METHODS[name],
+                    f"method.reward_scale={lam}",
+                    f"trainer.seed={seed}",
+                    f"model.seed={seed}",
+                    f"trainer.threads={ctx.threads}",
+                ]
                 run_dir = ctx.work / "eam" / f"lam{lam:g}" / f"{name}_seed{seed}"
-                key = {"overrides": overrides[:-1], "samples": samples, "iterations": iterations[name],
-                       "every": every[name]}
+                key = {
+                    "overrides": overrides[:-1],
+                    "samples": samples,
+                    "iterations": iterations[name],
+                    "every": every[name],
+                }
                 built: dict = {}
 
-                def trainer_and_ruler():         # built only when a run (or the precondition) is not saved yet
+                def trainer_and_ruler():  # built only when a run (or the precondition) is not saved yet
                     if not built:
                         built["trainer"] = make_trainer(overrides, run_dir)
                         built["ruler"] = Ruler(built["trainer"], lam, samples)
                     return built["trainer"], built["ruler"]
 
                 if res["precondition"] is None:
-                    res["precondition"] = saved(ctx.work / "eam" / f"lam{lam:g}" / "precondition.json", key,
-                                                lambda: precondition(*trainer_and_ruler(), lam))
+                    res["precondition"] = saved(
+                        ctx.work / "eam" / f"lam{lam:g}" / "precondition.json",
+                        key,
+                        lambda: precondition(*trainer_and_ruler(), lam),
+                    )
                     p = res["precondition"]
-                    say(f"[eam] lambda {lam:g}: the base model is {p['base_error']:.3f} from the target (against its "
+                    say(
+                        f"[eam] lambda {lam:g}: the base model is {p['base_error']:.3f} from the target (against its "
                         f"own law {p['self_error']:.4f}; the reference samples' own error {p['reference_error']:.4f}); "
                         f"AM's zero-control terminal error h=1/40: {p['am_bias']['0.025']}, "
-                        f"h=1e-3: {p['am_bias']['0.001']}: {'PASSED' if p['passed'] else 'FAILED'}")
-                run_ = saved(run_dir / "record.json", key,
-                             lambda: train_to_target(*trainer_and_ruler(), iterations[name], every[name]))
+                        f"h=1e-3: {p['am_bias']['0.001']}: {'PASSED' if p['passed'] else 'FAILED'}"
+                    )
+                run_ = saved(
+                    run_dir / "record.json",
+                    key,
+                    lambda: train_to_target(*trainer_and_ruler(), iterations[name], every[name]),
+                )
                 runs.append(run_)
-                say(f"[eam] lambda {lam:g} {name:10s} seed {seed}: error {run_['curve'][0][3]:.3f} -> "
+                say(
+                    f"[eam] lambda {lam:g} {name:10s} seed {seed}: error {run_['curve'][0][3]:.3f} -> "
                     f"{run_['final_error']:.4f}, time to {TOLERANCES[-1]:g}: "
                     f"{(run_['time_to'][f'{TOLERANCES[-1]:g}'] or {}).get('cpu_s', 'never')}, "
-                    f"{run_['cpu_s_per_iteration']:.3f} CPU s/iteration")
+                    f"{run_['cpu_s_per_iteration']:.3f} CPU s/iteration"
+                )
             res["runs"][name] = runs
         out["by_lambda"][f"{lam:g}"] = res
     out["cost_toy"] = side_by_side_cost(ctx, 0.8, 256, 2 if ctx.quick else 10)
-    say(f"[eam] toy, one batch of 256, side by side: AM / EAM-parity {out['cost_toy']['am_over_eam_parity']:.2f}x, "
-        f"AM / EAM {out['cost_toy']['am_over_eam']:.2f}x CPU time per iteration")
+    say(
+        f"[eam] toy, one batch of 256, side by side: AM / EAM-parity {out['cost_toy']['am_over_eam_parity']:.2f}x, "
+        f"AM / EAM {out['cost_toy']['am_over_eam']:.2f}x CPU time per iteration"
+    )
     out["cost_twin"] = twin_cost(ctx)
     return out
 
@@ -178,13 +244,21 @@ def precondition(trainer, ruler: Ruler, lam: float) -> dict:
     mu0, var0 = ruler.untilted
     base = ruler(trainer)
     own = trainer.backbone.ode_samples(ruler.samples, RULER_STEPS, torch.Generator().manual_seed(ruler.seed))
-    law = trainer.backbone.ode_samples(ruler.samples, RULER_STEPS, torch.Generator().manual_seed(ruler.seed),
-                                       law=(mu0, var0))
+    law = trainer.backbone.ode_samples(
+        ruler.samples, RULER_STEPS, torch.Generator().manual_seed(ruler.seed), law=(mu0, var0)
+    )
     self_error = max(float((own - law).mean(0).abs().max()), float((own.var(0) - law.var(0)).abs().max()))
     mu_t, var_t = ruler.target
-    reference_error = max(float((ruler.reference.mean(0) - mu_t).abs().max()),
-                          float((ruler.reference.var(0) - var_t).abs().max()))
+    reference_error = max(
+        float((ruler.reference.mean(0) - mu_t).abs().max()), float((ruler.reference.var(0) - var_t).abs().max())
+    )
     bias = {f"{h:g}": [round(v, 4) for v in terminal_bias(h, mu0, var0)] for h in (0.025, 0.001)}
-    return {"base_error": base, "self_error": self_error, "reference_error": reference_error, "am_bias": bias,
-            "target_mean": mu_t.tolist(), "target_var": var_t.tolist(),
-            "passed": base >= 4 * TOLERANCES[-1] and self_error <= TOLERANCES[-1] / 5}
+    return {
+        "base_error": base,
+        "self_error": self_error,
+        "reference_error": reference_error,
+        "am_bias": bias,
+        "target_mean": mu_t.tolist(),
+        "target_var": var_t.tolist(),
+        "passed": base >= 4 * TOLERANCES[-1] and self_error <= TOLERANCES[-1] / 5,
+    }

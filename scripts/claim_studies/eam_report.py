@@ -1,15 +1,32 @@
 """The EAM-vs-AM study's write-up: statistics, verdict, markdown and figures, from the data :mod:`.eam` saved."""
+
 from __future__ import annotations
 
 import numpy as np
 
-from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
-    fmt, fmt_g, sign_of, table)
+from claim_studies.common import (
+    INCONCLUSIVE,
+    MIN_SEEDS,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    StudyResult,
+    as_dict,
+    estimate,
+    fmt,
+    fmt_g,
+    sign_of,
+    table,
+)
 from claim_studies.eam import LAMBDAS, METHODS
-from launcher.compare.stats import ratio_interval, verdict as overlap_verdict
+from launcher.compare.stats import ratio_interval
+from launcher.compare.stats import verdict as overlap_verdict
 
-LABELS = {"eam": "EAM (K_t = 4)", "eam_parity": "EAM, AM parity (K_t = 20 on AM's grid)",
-          "am": "AM (K = 40, h = 1/40)", "am_small_h": "AM (K = 40, h = 1e-3)"}
+LABELS = {
+    "eam": "EAM (K_t = 4)",
+    "eam_parity": "EAM, AM parity (K_t = 20 on AM's grid)",
+    "am": "AM (K = 40, h = 1/40)",
+    "am_small_h": "AM (K = 40, h = 1e-3)",
+}
 
 
 def time_to(runs: list[dict], tol: str, axis: str) -> tuple[list[float], int]:
@@ -24,10 +41,15 @@ def lambda_stats(res: dict, tol: str) -> dict:
     for name, runs in res["runs"].items():
         cpu, reached = time_to(runs, tol, "cpu_s")
         units, _ = time_to(runs, tol, "units")
-        out[name] = {"time_cpu": estimate(cpu), "time_units": estimate(units), "reached": reached, "runs": len(runs),
-                     "final": estimate([r["final_error"] for r in runs]),
-                     "cpu_per_iter": estimate([r["cpu_s_per_iteration"] for r in runs]),
-                     "units_per_iter": estimate([r["units_per_iteration"] for r in runs])}
+        out[name] = {
+            "time_cpu": estimate(cpu),
+            "time_units": estimate(units),
+            "reached": reached,
+            "runs": len(runs),
+            "final": estimate([r["final_error"] for r in runs]),
+            "cpu_per_iter": estimate([r["cpu_s_per_iteration"] for r in runs]),
+            "units_per_iter": estimate([r["units_per_iteration"] for r in runs]),
+        }
     return out
 
 
@@ -41,18 +63,20 @@ def lambda_verdict(stats: dict, precondition: dict) -> tuple[str, str]:
         return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds"
     if eam["reached"] < eam["runs"]:
         am_always = any(stats[am]["reached"] == stats[am]["runs"] for am in ("am", "am_small_h"))
-        return NOT_REPRODUCED if am_always else INCONCLUSIVE, \
-            f"EAM reached the tolerance in {eam['reached']}/{eam['runs']} seeds"
+        return (
+            NOT_REPRODUCED if am_always else INCONCLUSIVE,
+            f"EAM reached the tolerance in {eam['reached']}/{eam['runs']} seeds",
+        )
     faster, quality = [], []
     for am in ("am", "am_small_h"):
         a = stats[am]
         if a["reached"] < a["runs"]:
-            faster.append(1)                  # AM never (or not always) got there within its budget
+            faster.append(1)  # AM never (or not always) got there within its budget
         else:
             ov = overlap_verdict(eam["time_cpu"], a["time_cpu"])
             faster.append(0 if ov != "significant" else (1 if eam["time_cpu"].mean < a["time_cpu"].mean else -1))
         diff = estimate([x - y for x, y in zip(eam["final"].values, a["final"].values)])
-        quality.append(-sign_of(diff))       # +1: EAM's final error is lower
+        quality.append(-sign_of(diff))  # +1: EAM's final error is lower
     if all(f > 0 for f in faster) and all(q >= 0 for q in quality):
         return REPRODUCED, "EAM reached the target sooner than both AMs and ended no worse"
     if any(f < 0 for f in faster) or any(q < 0 for q in quality):
@@ -64,19 +88,37 @@ def precondition_md(data: dict) -> str:
     rows = []
     for lam, res in data["by_lambda"].items():
         p = res["precondition"]
-        rows.append([lam, f"{p['base_error']:.3f}", f"{p['self_error']:.4f}", f"{p['reference_error']:.4f}",
-                     f"{p['am_bias']['0.025'][0]:.3f} / {p['am_bias']['0.025'][1]:.3f}",
-                     f"{p['am_bias']['0.001'][0]:.3f} / {p['am_bias']['0.001'][1]:.3f}",
-                     "passed" if p["passed"] else "failed"])
+        rows.append(
+            [
+                lam,
+                f"{p['base_error']:.3f}",
+                f"{p['self_error']:.4f}",
+                f"{p['reference_error']:.4f}",
+                f"{p['am_bias']['0.025'][0]:.3f} / {p['am_bias']['0.025'][1]:.3f}",
+                f"{p['am_bias']['0.001'][0]:.3f} / {p['am_bias']['0.001'][1]:.3f}",
+                "passed" if p["passed"] else "failed",
+            ]
+        )
     tol = data["tolerances"][-1]
-    return ("The ruler must resolve the claim: the base (untrained) model's error must be at least 4x the headline "
-            f"tolerance {tol:g}, and the untrained model scored against its own analytic law at most {tol / 5:g} "
-            "(the common random numbers cancel the ODE solver's and the Monte-Carlo error, which the reference "
-            "samples' own error against the exact target shows). AM's sampler with zero control shows what its "
-            "offset h does to the terminal law before any training.\n\n" + table(
-                ["lambda", "base model's error", "base model against its own law", "reference samples' own error",
-                 "AM with zero control, h = 1/40: largest mean / variance error", "same, h = 1e-3",
-                 "precondition"], rows))
+    return (
+        "The ruler must resolve the claim: the base (untrained) model's error must be at least 4x the headline "
+        f"tolerance {tol:g}, and the untrained model scored against its own analytic law at most {tol / 5:g} "
+        "(the common random numbers cancel the ODE solver's and the Monte-Carlo error, which the reference "
+        "samples' own error against the exact target shows). AM's sampler with zero control shows what its "
+        "offset h does to the terminal law before any training.\n\n"
+        + table(
+            [
+                "lambda",
+                "base model's error",
+                "base model against its own law",
+                "reference samples' own error",
+                "AM with zero control, h = 1/40: largest mean / variance error",
+                "same, h = 1e-3",
+                "precondition",
+            ],
+            rows,
+        )
+    )
 
 
 def lambda_md(lam: str, res: dict, data: dict) -> tuple[str, str, str]:
@@ -97,28 +139,54 @@ def lambda_md(lam: str, res: dict, data: dict) -> tuple[str, str, str]:
         a = stats[f"{head:g}"][am]
         if a["reached"] == a["runs"] and e["reached"] == e["runs"]:
             lo, hi = ratio_interval(a["time_cpu"], e["time_cpu"])
-            ratios.append(f"{LABELS[am]} / EAM time to {head:g}: {a['time_cpu'].mean / e['time_cpu'].mean:.2f}x "
-                          f"[{lo:.2f}, {hi:.2f}]")
-    md = "\n".join([f"### lambda = {lam}", "", table(
-        ["method", "iterations", *[f"CPU s to error <= {t:g} (seeds reaching it)" for t in tol],
-         f"forward-pass units to {head:g}", "final error", "CPU s / iteration"], rows), "",
-        ("; ".join(ratios) + "." if ratios else "No ratio: a method did not reach the tolerance on every seed."),
-        "", f"Verdict at lambda = {lam}: **{verdict}** ({reason}).", ""])
+            ratios.append(
+                f"{LABELS[am]} / EAM time to {head:g}: {a['time_cpu'].mean / e['time_cpu'].mean:.2f}x "
+                f"[{lo:.2f}, {hi:.2f}]"
+            )
+    md = "\n".join(
+        [
+            f"### lambda = {lam}",
+            "",
+            table(
+                [
+                    "method",
+                    "iterations",
+                    *[f"CPU s to error <= {t:g} (seeds reaching it)" for t in tol],
+                    f"forward-pass units to {head:g}",
+                    "final error",
+                    "CPU s / iteration",
+                ],
+                rows,
+            ),
+            "",
+            ("; ".join(ratios) + "." if ratios else "No ratio: a method did not reach the tolerance on every seed."),
+            "",
+            f"Verdict at lambda = {lam}: **{verdict}** ({reason}).",
+            "",
+        ]
+    )
     return md, verdict, "; ".join(ratios)
 
 
 def cost_md(data: dict) -> str:
     toy, twin = data["cost_toy"], data["cost_twin"]
-    rows = [[LABELS[n], f"{toy['cpu_s_per_iteration'][n]:.4f}", f"{toy['units_per_sample'][n]:.0f}"]
-            for n in ("am", "eam_parity", "eam")]
-    lines = [table(["method", "CPU s / iteration", "forward-pass units / sample"], rows), "",
-             f"Toy, batch {toy['batch']}, {toy['rounds']} alternating rounds: AM / EAM-parity "
-             f"**{toy['am_over_eam_parity']:.2f}x**, AM / EAM {toy['am_over_eam']:.2f}x CPU time per iteration."]
+    rows = [
+        [LABELS[n], f"{toy['cpu_s_per_iteration'][n]:.4f}", f"{toy['units_per_sample'][n]:.0f}"]
+        for n in ("am", "eam_parity", "eam")
+    ]
+    lines = [
+        table(["method", "CPU s / iteration", "forward-pass units / sample"], rows),
+        "",
+        f"Toy, batch {toy['batch']}, {toy['rounds']} alternating rounds: AM / EAM-parity "
+        f"**{toy['am_over_eam_parity']:.2f}x**, AM / EAM {toy['am_over_eam']:.2f}x CPU time per iteration.",
+    ]
     if twin:
-        lines.append(f"Tiny FLUX twin (LoRA, `scripts/bench_eam.py --parts cost`): AM / EAM-parity "
-                     f"**{twin['iter_time_ratio_am_over_eam_parity']:.2f}x** wall-clock per iteration "
-                     f"({twin['nfe_ratio_am_over_eam_parity']:.2f}x transformer passes), AM / EAM "
-                     f"{twin['iter_time_ratio_am_over_eam']:.2f}x ({twin['nfe_ratio_am_over_eam']:.2f}x).")
+        lines.append(
+            f"Tiny FLUX twin (LoRA, `scripts/bench_eam.py --parts cost`): AM / EAM-parity "
+            f"**{twin['iter_time_ratio_am_over_eam_parity']:.2f}x** wall-clock per iteration "
+            f"({twin['nfe_ratio_am_over_eam_parity']:.2f}x transformer passes), AM / EAM "
+            f"{twin['iter_time_ratio_am_over_eam']:.2f}x ({twin['nfe_ratio_am_over_eam']:.2f}x)."
+        )
     return "\n".join(lines)
 
 
@@ -134,12 +202,16 @@ def figures(data: dict) -> dict:
         for i, (name, runs) in enumerate(data["by_lambda"][lam]["runs"].items()):
             for j, r in enumerate(runs):
                 c = np.array(r["curve"])
-                ax.semilogy(c[:, 1], np.maximum(c[:, 3], 1e-4), color=f"C{i}", alpha=0.6,
-                            label=LABELS[name] if j == 0 else None)
+                ax.semilogy(
+                    c[:, 1], np.maximum(c[:, 3], 1e-4), color=f"C{i}", alpha=0.6, label=LABELS[name] if j == 0 else None
+                )
         for t in data["tolerances"]:
             ax.axhline(t, color="0.5", ls=":", lw=1)
-        ax.set(xlabel="training CPU seconds", ylabel="error to the target (max |dmean|, |dvar|)",
-               title=f"lambda = {lam} (one line per seed)")
+        ax.set(
+            xlabel="training CPU seconds",
+            ylabel="error to the target (max |dmean|, |dvar|)",
+            title=f"lambda = {lam} (one line per seed)",
+        )
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=7)
     fig.tight_layout()
@@ -159,31 +231,59 @@ def write_up(data: dict) -> StudyResult:
     cost = f"per iteration, AM-parity mode: AM / EAM {toy['am_over_eam_parity']:.2f}x (toy)"
     if twin:
         cost += f", {twin['iter_time_ratio_am_over_eam_parity']:.2f}x (twin)"
-    summary = {"claim": claim, "testbeds": "Gaussian SOC toy with an analytic target",
-               "precondition": "; ".join(
-                   f"lambda {lam}: base error {r['precondition']['base_error']:.2f} (>= {4 * head:g}: "
-                   f"{'passed' if r['precondition']['passed'] else 'failed'})"
-                   for lam, r in data["by_lambda"].items()),
-               "figures": "; ".join(f"lambda {lam}: {ratios[lam] or 'no ratio'} ({verdicts[lam]})" for lam in verdicts)
-               + f"; {cost}"}
-    intro = "\n".join([
-        "# EAM against Adjoint Matching", "", f"**Claim** ({claim}). **Verdict: {verdict}.**", "",
-        "Testbed: the Gaussian SOC toy (`experiment=toy_eam`, `experiment=toy_am`): the target p_pre exp(lambda r) is "
-        "a known Gaussian at every lambda. One ruler for every method: "
-        f"{data['ruler']['samples']} samples of a {data['ruler']['steps']}-step Heun ODE of the trained model against "
-        "the same ODE of the analytic target from the same initial noise; the *error* is the largest per-coordinate "
-        "|mean| or |variance| difference. Time to target: training CPU seconds (this process, evaluation excluded) "
-        "until the error first falls within the tolerance; each method at its preset's batch and learning rate, "
-        f"seeds {data['seeds']}; 95% t intervals over seeds; a ratio's interval takes every ratio of values in the "
-        f"two intervals. Reward scales lambda: {', '.join(map(str, data['lambdas']))} (the full sweep: "
-        f"{', '.join(map(str, LAMBDAS))}).", "",
-        "Methods: " + "; ".join(f"`{k}` = {v}" for k, v in LABELS.items()) + ".", "",
-        "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies eam`.", "",
-        "## Precondition", "", precondition_md(data), "", "## Time to the target", ""])
+    summary = {
+        "claim": claim,
+        "testbeds": "Gaussian SOC toy with an analytic target",
+        "precondition": "; ".join(
+            f"lambda {lam}: base error {r['precondition']['base_error']:.2f} (>= {4 * head:g}: "
+            f"{'passed' if r['precondition']['passed'] else 'failed'})"
+            for lam, r in data["by_lambda"].items()
+        ),
+        "figures": "; ".join(f"lambda {lam}: {ratios[lam] or 'no ratio'} ({verdicts[lam]})" for lam in verdicts)
+        + f"; {cost}",
+    }
+    intro = "\n".join(
+        [
+            "# EAM against Adjoint Matching",
+            "",
+            f"**Claim** ({claim}). **Verdict: {verdict}.**",
+            "",
+            "Testbed: the Gaussian SOC toy (`experiment=toy_eam`, `experiment=toy_am`): the target p_pre exp(lambda r) is "
+            "a known Gaussian at every lambda. One ruler for every method: "
+            f"{data['ruler']['samples']} samples of a {data['ruler']['steps']}-step Heun ODE of the trained model against "
+            "the same ODE of the analytic target from the same initial noise; the *error* is the largest per-coordinate "
+            "|mean| or |variance| difference. Time to target: training CPU seconds (this process, evaluation excluded) "
+            "until the error first falls within the tolerance; each method at its preset's batch and learning rate, "
+            f"seeds {data['seeds']}; 95% t intervals over seeds; a ratio's interval takes every ratio of values in the "
+            f"two intervals. Reward scales lambda: {', '.join(map(str, data['lambdas']))} (the full sweep: "
+            f"{', '.join(map(str, LAMBDAS))}).",
+            "",
+            "Methods: " + "; ".join(f"`{k}` = {v}" for k, v in LABELS.items()) + ".",
+            "",
+            "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies eam`.",
+            "",
+            "## Precondition",
+            "",
+            precondition_md(data),
+            "",
+            "## Time to the target",
+            "",
+        ]
+    )
     body = intro + "\n".join(parts) + "\n## Per-iteration cost, like for like\n\n" + cost_md(data) + "\n"
-    stats = {lam: {name: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()}
-                   for name, s in lambda_stats(res, f"{head:g}").items()} for lam, res in data["by_lambda"].items()}
-    return StudyResult(name="eam", title="EAM vs Adjoint Matching", verdict=verdict, summary=summary, markdown=body,
-                       data={"verdict": verdict, "lambda_verdicts": verdicts, "statistics": stats, "raw": data},
-                       figures=figures(data))
-
+    stats = {
+        lam: {
+            name: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()}
+            for name, s in lambda_stats(res, f"{head:g}").items()
+        }
+        for lam, res in data["by_lambda"].items()
+    }
+    return StudyResult(
+        name="eam",
+        title="EAM vs Adjoint Matching",
+        verdict=verdict,
+        summary=summary,
+        markdown=body,
+        data={"verdict": verdict, "lambda_verdicts": verdicts, "statistics": stats, "raw": data},
+        figures=figures(data),
+    )

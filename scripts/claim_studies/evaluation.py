@@ -7,6 +7,7 @@ of the probability-flow ODE on the family's sigma grid (its diffusers scheduler 
 Gaussian toy gets diffusers' unshifted flow-matching grid), never the training sampler. This is the trainer's
 held-out evaluation (issue 15) done inside the study until that lands on main, and measures the same thing.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,8 +39,9 @@ class FixedNoiseEval:
         batch: samples per forward pass.
     """
 
-    def __init__(self, trainer, prompts: list[str], per_prompt: int, num_steps: int, seed: int = 1234,
-                 batch: int = 4096):
+    def __init__(
+        self, trainer, prompts: list[str], per_prompt: int, num_steps: int, seed: int = 1234, batch: int = 4096
+    ):
         self.prompts = [p for p in prompts for _ in range(per_prompt)]
         self.noise = trainer.backbone.initial_noise(len(self.prompts), torch.Generator().manual_seed(seed)).cpu()
         self.sigmas = family_sigmas(trainer.backbone, num_steps)
@@ -50,9 +52,9 @@ class FixedNoiseEval:
         """Per-sample rewards (float64) of the trainer's current model."""
         bb, out = trainer.backbone, []
         for lo in range(0, len(self.prompts), self.batch):
-            prompts = self.prompts[lo:lo + self.batch]
+            prompts = self.prompts[lo : lo + self.batch]
             embeds = bb.encode_prompts(prompts)
-            noise = self.noise[lo:lo + self.batch].to(bb.device)
+            noise = self.noise[lo : lo + self.batch].to(bb.device)
             x = euler_ode(lambda z, t: velocity_am(bb, z, t, embeds), noise, 1.0 - self.sigmas)
             out.append(trainer.reward(bb.decode(x).float(), prompts).double().cpu())
         return torch.cat(out)

@@ -19,6 +19,7 @@ then differs between SDE steps by more than a group's sampling noise, so in a gr
 sample. ``lambda(t_k)``, the implicit step weight that rectification removes, comes from the sampler's own code
 (:func:`methods.rectification.rectification_factor`), as do the step coefficients (``FlowSDEScheduler.mean_std``).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,7 +38,7 @@ def final_sample_coefficients(sde: FlowSDEScheduler, mu0: float, var0: float, k:
     x = torch.tensor([[0.0], [1.0]], dtype=torch.float64)
     for i in range(sde.num_steps):
         index = torch.tensor([i, i])
-        velocity = -gaussian_velocity_am(x, 1.0 - sde.sigma(index), mu, var)       # sigma convention
+        velocity = -gaussian_velocity_am(x, 1.0 - sde.sigma(index), mu, var)  # sigma convention
         mean, std = sde.mean_std(x, velocity, index, stochastic=(i == k))
         slope, offset = float(mean[1, 0] - mean[0, 0]), float(mean[0, 0])
         a_total, b_total, c_total = slope * a_total, slope * b_total, slope * c_total + offset
@@ -46,8 +47,16 @@ def final_sample_coefficients(sde: FlowSDEScheduler, mu0: float, var0: float, k:
     return a_total, b_total, c_total
 
 
-def analyse(sde: FlowSDEScheduler, pool: list[int], mu0: float, var0: float, target: float, gamma: float = 1.0,
-            dims: int = 3, group_size: int = 8) -> dict:
+def analyse(
+    sde: FlowSDEScheduler,
+    pool: list[int],
+    mu0: float,
+    var0: float,
+    target: float,
+    gamma: float = 1.0,
+    dims: int = 3,
+    group_size: int = 8,
+) -> dict:
     """Closed-form statistics of the testbed (see the module docstring).
 
     Returns per pool step ``k``: ``expected_reward``, ``reward_var``, ``xi_share`` (the fraction of the within-group
@@ -64,12 +73,25 @@ def analyse(sde: FlowSDEScheduler, pool: list[int], mu0: float, var0: float, tar
         v = a * a + b * b
         var_r = dims * g2 * (2 * v * v + 4 * v * off * off)
         from_x0 = dims * g2 * (2 * a**4 + 4 * a * a * off * off)
-        rows.append({"k": k, "A": a, "B": b, "C": c, "expected_reward": -dims * gamma / 2 * (off * off + v),
-                     "reward_var": var_r, "xi_share": 1.0 - from_x0 / var_r,
-                     "lam": float(rectification_factor(sde, torch.tensor([k]))[0])})
+        rows.append(
+            {
+                "k": k,
+                "A": a,
+                "B": b,
+                "C": c,
+                "expected_reward": -dims * gamma / 2 * (off * off + v),
+                "reward_var": var_r,
+                "xi_share": 1.0 - from_x0 / var_r,
+                "lam": float(rectification_factor(sde, torch.tensor([k]))[0]),
+            }
+        )
     expected = torch.tensor([r["expected_reward"] for r in rows], dtype=torch.float64)
     noise = sum(r["reward_var"] for r in rows) / len(rows) / group_size
     lams = [r["lam"] for r in rows]
-    return {"per_k": rows, "between_k_var": float(expected.var(unbiased=False)), "group_mean_noise_var": noise,
-            "between_over_noise": float(expected.var(unbiased=False)) / noise,
-            "lambda_spread": max(lams) / min(lams)}
+    return {
+        "per_k": rows,
+        "between_k_var": float(expected.var(unbiased=False)),
+        "group_mean_noise_var": noise,
+        "between_over_noise": float(expected.var(unbiased=False)) / noise,
+        "lambda_spread": max(lams) / min(lams),
+    }

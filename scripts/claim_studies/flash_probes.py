@@ -5,6 +5,7 @@ Both drive the method's own rollout, scoring, advantages and backward, and leave
 draws use their own generator, the method's settings are restored, the gradients are cleared and the method's
 diagnostics flushed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -63,11 +64,22 @@ def kstar_effect(trainer, pool: list[int], groups_per_cell: int, prompts: int | 
     n_cell = len(fresh[0, pool[0]])
     between = float((cell_mean.var(dim=1, unbiased=True) - cell_var.mean(dim=1) / n_cell).mean())
     noise = float(cell_var.mean()) / g
-    per_k = [{"k": k, "mean_reward": float(cell_mean[:, j].mean()),
-              "se": float((cell_var[:, j].mean() / (n_cell * n_prompts)) ** 0.5)} for j, k in enumerate(pool)]
-    return {"between_k_var": between, "group_mean_noise_var": noise, "between_over_noise": between / noise,
-            "xi_share": (sum(shared_within) / len(shared_within)) / float(cell_var.mean()), "per_k": per_k,
-            "samples": n_cell * n_prompts * len(pool) * 2}
+    per_k = [
+        {
+            "k": k,
+            "mean_reward": float(cell_mean[:, j].mean()),
+            "se": float((cell_var[:, j].mean() / (n_cell * n_prompts)) ** 0.5),
+        }
+        for j, k in enumerate(pool)
+    ]
+    return {
+        "between_k_var": between,
+        "group_mean_noise_var": noise,
+        "between_over_noise": between / noise,
+        "xi_share": (sum(shared_within) / len(shared_within)) / float(cell_var.mean()),
+        "per_k": per_k,
+        "samples": n_cell * n_prompts * len(pool) * 2,
+    }
 
 
 def per_kstar_gradient_norms(trainer, seed: int = 7) -> dict[int, list[float]]:

@@ -1,18 +1,35 @@
 """The Flash-GRPO study's write-up: statistics, verdict, markdown and figures, from the data :mod:`.flash` saved."""
+
 from __future__ import annotations
 
 import statistics
 
 import numpy as np
 
-from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
-    fmt, fmt_g, paired, sign_of, table)
+from claim_studies.common import (
+    INCONCLUSIVE,
+    MIN_SEEDS,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    StudyResult,
+    as_dict,
+    estimate,
+    fmt,
+    paired,
+    sign_of,
+    table,
+)
 from claim_studies.flash import BETWEEN_OVER_NOISE_MIN, FLASH_FAMILY, LAMBDA_SPREAD_MIN, TESTBEDS, VARIANTS
 from launcher.compare.stats import curve_interval
 
-LABELS = {"flash": "Flash-GRPO", "itg": "ITG (no rectification)", "rect": "rectification, k* per sample",
-          "mixed": "Fast1 (k* mixed within a group)", "fast1": "Flow-GRPO-Fast, window 1",
-          "flow_grpo": "Flow-GRPO (full trajectory)"}
+LABELS = {
+    "flash": "Flash-GRPO",
+    "itg": "ITG (no rectification)",
+    "rect": "rectification, k* per sample",
+    "mixed": "Fast1 (k* mixed within a group)",
+    "fast1": "Flow-GRPO-Fast, window 1",
+    "flow_grpo": "Flow-GRPO (full trajectory)",
+}
 
 
 def grad_norm_cv(rows: list[dict]) -> float:
@@ -30,10 +47,15 @@ def statistics_of(res: dict) -> dict:
     out = {}
     for v in runs:
         gains = [f - s for f, s in zip(finals[v], firsts[v])]
-        out[v] = {"final": estimate(finals[v]), "first": estimate(firsts[v]), "gain": estimate(gains),
-                  "collapsed": sum(g < 0 for g in gains), "runs": len(gains),
-                  "grad_norm_cv": estimate([grad_norm_cv(r["rows"]) for r in runs[v]["records"]]),
-                  "diff": paired(finals["flash"], finals[v]) if v != "flash" else None}
+        out[v] = {
+            "final": estimate(finals[v]),
+            "first": estimate(firsts[v]),
+            "gain": estimate(gains),
+            "collapsed": sum(g < 0 for g in gains),
+            "runs": len(gains),
+            "grad_norm_cv": estimate([grad_norm_cv(r["rows"]) for r in runs[v]["records"]]),
+            "diff": paired(finals["flash"], finals[v]) if v != "flash" else None,
+        }
     return out
 
 
@@ -83,19 +105,26 @@ def precondition_md(res: dict) -> str:
             a = ana["per_k"][j]
             row[2:2] = [f"{a['expected_reward']:.4f}", f"{a['xi_share']:.2f}"]
         rows.append(row)
-    ratio = (f"{ana['between_over_noise']:.2f} in closed form ({meas['between_over_noise']:.2f} measured)" if ana
-             else f"{meas['between_over_noise']:.2f} (measured)")
-    return "\n".join([
-        table(header, rows), "",
-        f"- Variance across k* of a group's expected mean reward over the sampling variance of one group's mean "
-        f"(G = {_group(res)}): **{ratio}**; the check needs >= "
-        f"{BETWEEN_OVER_NOISE_MIN:g}.",
-        f"- lambda spread over the pool (max / min): **{pre['lambda_spread']:.1f}x**; the check needs >= "
-        f"{LAMBDA_SPREAD_MIN:g}.",
-        f"- Share of the within-group reward variance left when a group shares its initial latent (the SDE step's "
-        f"own): {meas['xi_share']:.2f} measured over {meas['samples']} rollouts"
-        + (f" ({pooled_xi_share(ana):.2f} in closed form)." if ana else "."),
-        f"- **Precondition {'passed' if pre['passed'] else 'failed'}.**"])
+    ratio = (
+        f"{ana['between_over_noise']:.2f} in closed form ({meas['between_over_noise']:.2f} measured)"
+        if ana
+        else f"{meas['between_over_noise']:.2f} (measured)"
+    )
+    return "\n".join(
+        [
+            table(header, rows),
+            "",
+            f"- Variance across k* of a group's expected mean reward over the sampling variance of one group's mean "
+            f"(G = {_group(res)}): **{ratio}**; the check needs >= "
+            f"{BETWEEN_OVER_NOISE_MIN:g}.",
+            f"- lambda spread over the pool (max / min): **{pre['lambda_spread']:.1f}x**; the check needs >= "
+            f"{LAMBDA_SPREAD_MIN:g}.",
+            f"- Share of the within-group reward variance left when a group shares its initial latent (the SDE step's "
+            f"own): {meas['xi_share']:.2f} measured over {meas['samples']} rollouts"
+            + (f" ({pooled_xi_share(ana):.2f} in closed form)." if ana else "."),
+            f"- **Precondition {'passed' if pre['passed'] else 'failed'}.**",
+        ]
+    )
 
 
 def pooled_xi_share(analytic: dict) -> float:
@@ -125,38 +154,62 @@ def sweep_md(res: dict) -> str:
             cell = fmt(e, 4)
             cells.append(f"**{cell}**" if float(lr) == best else cell)
         rows.append([LABELS[v], *cells])
-    return (f"Final evaluation reward, mean over the sweep seeds {res['sweep_seeds']} with its 95% t interval; the "
-            f"learning rate each variant is confirmed at in bold.\n\n" + table(["variant", *[f"lr {x}" for x in lrs]],
-                                                                              rows))
+    return (
+        f"Final evaluation reward, mean over the sweep seeds {res['sweep_seeds']} with its 95% t interval; the "
+        f"learning rate each variant is confirmed at in bold.\n\n" + table(["variant", *[f"lr {x}" for x in lrs]], rows)
+    )
 
 
 def comparison_md(res: dict, stats: dict) -> str:
     rows = []
     for v in VARIANTS:
         s = stats[v]
-        rows.append([LABELS[v], f"{res['runs'][v]['lr']:g}", fmt(s["first"], 4), fmt(s["final"], 4),
-                     fmt(s["gain"], 4), "" if s["diff"] is None else fmt(s["diff"], 4),
-                     f"{s['collapsed']}/{s['runs']}", fmt(s["grad_norm_cv"], 2)])
-    return table(["variant", "lr", "eval before", "eval at the budget", "gain", "Flash-GRPO minus this (paired)",
-                  "collapsed (ended below the base model)", "grad-norm CV over training"], rows)
+        rows.append(
+            [
+                LABELS[v],
+                f"{res['runs'][v]['lr']:g}",
+                fmt(s["first"], 4),
+                fmt(s["final"], 4),
+                fmt(s["gain"], 4),
+                "" if s["diff"] is None else fmt(s["diff"], 4),
+                f"{s['collapsed']}/{s['runs']}",
+                fmt(s["grad_norm_cv"], 2),
+            ]
+        )
+    return table(
+        [
+            "variant",
+            "lr",
+            "eval before",
+            "eval at the budget",
+            "gain",
+            "Flash-GRPO minus this (paired)",
+            "collapsed (ended below the base model)",
+            "grad-norm CV over training",
+        ],
+        rows,
+    )
 
 
 def grad_norm_md(res: dict) -> str:
     pre = res["precondition"]
-    cols = {"Flash-GRPO, before training": median_norms(pre["grad_norms_init"]["flash"]),
-            "unrectified, before training": median_norms(pre["grad_norms_init"]["itg"])}
+    cols = {
+        "Flash-GRPO, before training": median_norms(pre["grad_norms_init"]["flash"]),
+        "unrectified, before training": median_norms(pre["grad_norms_init"]["itg"]),
+    }
     for v in FLASH_FAMILY:
         rec = res["runs"].get(v, {}).get("records", [])
         if rec and "grad_norms_end" in rec[0]:
             cols[f"{LABELS[v]}, end of seed {res['runs'][v]['seeds'][0]}"] = median_norms(rec[0]["grad_norms_end"])
     rows = []
     for j, k in enumerate(pre["pool"]):
-        rows.append([str(k), f"{pre['lambda'][j]:.4g}",
-                     *[f"{c[k]:.3g}" if k in c else "" for c in cols.values()]])
+        rows.append([str(k), f"{pre['lambda'][j]:.4g}", *[f"{c[k]:.3g}" if k in c else "" for c in cols.values()]])
     rows.append(["max / min", f"{pre['lambda_spread']:.1f}", *[f"{spread(c):.1f}" for c in cols.values()]])
-    return ("Median over samples of `|gradient of the sample's weighted loss| / |advantage|` by SDE step, before any "
-            "optimizer step of the probe's rollout (ratio 1): unrectified it should follow lambda, rectified it "
-            "should not.\n\n" + table(["k*", "lambda", *cols], rows))
+    return (
+        "Median over samples of `|gradient of the sample's weighted loss| / |advantage|` by SDE step, before any "
+        "optimizer step of the probe's rollout (ratio 1): unrectified it should follow lambda, rectified it "
+        "should not.\n\n" + table(["k*", "lambda", *cols], rows)
+    )
 
 
 def figures(data: dict) -> dict:
@@ -176,10 +229,15 @@ def figures(data: dict) -> dict:
                 xs = np.array([e[0] for e in recs[0]["evals"][:n]]) / res["budget_units"]
                 ys = np.array([[e[3] for e in r["evals"][:n]] for r in recs])
                 lo, hi = curve_interval(ys) if len(recs) > 1 else (ys[0], ys[0])
-                ax.plot(xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=f"{LABELS[v]} (lr {res['runs'][v]['lr']:g})")
+                ax.plot(
+                    xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=f"{LABELS[v]} (lr {res['runs'][v]['lr']:g})"
+                )
                 ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
-            ax.set(xlabel="compute / budget (forwards + 2 x backwards)", ylabel="evaluation reward (ODE, fixed noise)",
-                   title=f"{res['title']}\nmean over {len(res['runs']['flash']['seeds'])} seeds, band: 95% interval")
+            ax.set(
+                xlabel="compute / budget (forwards + 2 x backwards)",
+                ylabel="evaluation reward (ODE, fixed noise)",
+                title=f"{res['title']}\nmean over {len(res['runs']['flash']['seeds'])} seeds, band: 95% interval",
+            )
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
         fig.tight_layout()
@@ -188,8 +246,10 @@ def figures(data: dict) -> dict:
     for ax, res in zip(axes[0], data.values()):
         pre = res["precondition"]
         lam = dict(zip(pre["pool"], pre["lambda"]))
-        for label, norms, style in (("Flash-GRPO (rectified)", pre["grad_norms_init"]["flash"], "o-"),
-                                    ("unrectified (ITG)", pre["grad_norms_init"]["itg"], "s--")):
+        for label, norms, style in (
+            ("Flash-GRPO (rectified)", pre["grad_norms_init"]["flash"], "o-"),
+            ("unrectified (ITG)", pre["grad_norms_init"]["itg"], "s--"),
+        ):
             med = median_norms(norms)
             ks = sorted(med)
             ax.loglog([lam[k] for k in ks], [med[k] for k in ks], style, label=label)
@@ -202,7 +262,7 @@ def figures(data: dict) -> dict:
 
 
 def write_up(data: dict) -> StudyResult:
-    data = {name: data[name] for name in TESTBEDS if name in data}        # the testbeds in their usual order
+    data = {name: data[name] for name in TESTBEDS if name in data}  # the testbeds in their usual order
     verdicts, reasons, passed, parts, json_stats = {}, {}, {}, [], {}
     for name, res in data.items():
         passed[name] = res["precondition"]["passed"]
@@ -211,53 +271,103 @@ def write_up(data: dict) -> StudyResult:
             verdicts[name], reasons[name] = testbed_verdict(res, stats)
         else:
             verdicts[name], reasons[name] = INCONCLUSIVE, "its precondition failed, so the variants were not trained"
-        json_stats[name] = {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()}
-                            for v, s in stats.items()}
-        budget = (f"Budget: the compute of {res['budget_flash_steps']} Flash-GRPO steps of {res['samples_per_step']} "
-                  f"samples ({res['budget_units']:.0f} forward-pass units, a backward counted as 2 forwards).")
-        part = [f"## {res['title']} (`{name}`)", "", "```", " ".join(res["overrides"]), "```", "", budget, "",
-                "### Precondition", "", precondition_md(res), ""]
+        json_stats[name] = {
+            v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()
+        }
+        budget = (
+            f"Budget: the compute of {res['budget_flash_steps']} Flash-GRPO steps of {res['samples_per_step']} "
+            f"samples ({res['budget_units']:.0f} forward-pass units, a backward counted as 2 forwards)."
+        )
+        part = [
+            f"## {res['title']} (`{name}`)",
+            "",
+            "```",
+            " ".join(res["overrides"]),
+            "```",
+            "",
+            budget,
+            "",
+            "### Precondition",
+            "",
+            precondition_md(res),
+            "",
+        ]
         if res["runs"]:
-            part += ["### Learning-rate sweep", "", sweep_md(res), "",
-                     f"### Equal-compute comparison (seeds {res['runs']['flash']['seeds']})", "",
-                     comparison_md(res, stats), "", "### Per-k* gradient norms", "", grad_norm_md(res), ""]
+            part += [
+                "### Learning-rate sweep",
+                "",
+                sweep_md(res),
+                "",
+                f"### Equal-compute comparison (seeds {res['runs']['flash']['seeds']})",
+                "",
+                comparison_md(res, stats),
+                "",
+                "### Per-k* gradient norms",
+                "",
+                grad_norm_md(res),
+                "",
+            ]
         part += [f"**Verdict on this testbed: {verdicts[name]}** ({reasons[name]}).", ""]
         parts.append("\n".join(part))
     verdict = overall(verdicts, passed)
     missing = [name for name in TESTBEDS if name not in data]
-    claim = ("one-SDE-step GRPO with iso-temporal grouping and 1/lambda rectification beats Fast1 and full-trajectory "
-             "Flow-GRPO at equal compute (arXiv:2605.15980, Figs. 4-5)")
+    claim = (
+        "one-SDE-step GRPO with iso-temporal grouping and 1/lambda rectification beats Fast1 and full-trajectory "
+        "Flow-GRPO at equal compute (arXiv:2605.15980, Figs. 4-5)"
+    )
     row_fig = []
     for name, res in data.items():
         if res["runs"]:
             s = statistics_of(res)
-            row_fig.append(f"{name}: Flash − Fast1 {fmt(s['mixed']['diff'], 3)}, Flash − Flow-GRPO "
-                           f"{fmt(s['flow_grpo']['diff'], 3)} ({verdicts[name]})")
+            row_fig.append(
+                f"{name}: Flash − Fast1 {fmt(s['mixed']['diff'], 3)}, Flash − Flow-GRPO "
+                f"{fmt(s['flow_grpo']['diff'], 3)} ({verdicts[name]})"
+            )
         else:
             row_fig.append(f"{name}: not trained ({verdicts[name]})")
-    summary = {"claim": claim, "testbeds": "; ".join(f"{n}: {r['title']}" for n, r in data.items()),
-               "precondition": "; ".join(
-                   f"{n}: k* effect {r['precondition']['between_over_noise']:.1f}x noise, lambda spread "
-                   f"{r['precondition']['lambda_spread']:.0f}x ({'passed' if r['precondition']['passed'] else 'failed'})"
-                   for n, r in data.items()),
-               "figures": "; ".join(row_fig)}
-    intro = "\n".join([
-        "# Flash-GRPO: one SDE step, grouped by timestep and rectified", "",
-        f"**Claim** ({claim}). **Verdict: {verdict}**"
-        + (f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."), "",
-        "Variants (all with 10 sampling steps, Flow-GRPO's flow kernel, clip range 1e-3, advantages over the step's "
-        "global std, SDE steps drawn from k* in 0..8, no KL; each at its best learning rate of the sweep, then "
-        "trained on fresh seeds to the same compute): " + "; ".join(f"`{v}` = {LABELS[v]}" for v in VARIANTS) + ".",
-        "`mixed` is the paper's Fast1: Flow-GRPO-Fast draws its window per pipeline call, i.e. per rank, so the "
-        "samples of a prompt spread over ranks have different SDE steps; on one process `fast1` draws one window "
-        "for the whole batch, so its groups share k* (iso-temporal by accident) and it is shown for reference.",
-        "Evaluation: the mean reward of deterministic Euler ODE samples (the family's inference grid) from fixed "
-        "initial latents, the same for every variant and step; a run *collapsed* when it ended below the base "
-        "model's evaluation. Intervals: 95% Student t over seeds; differences are paired by seed.",
-        f"Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies flash`. Precondition: "
-        f"{summary['precondition']}.", ""])
-    return StudyResult(name="flash", title="Flash-GRPO", verdict=verdict, summary=summary,
-                       markdown=intro + "\n" + "\n".join(parts),
-                       data={"verdict": verdict, "testbed_verdicts": verdicts, "reasons": reasons,
-                             "statistics": json_stats, "raw": data},
-                       figures=figures(data))
+    summary = {
+        "claim": claim,
+        "testbeds": "; ".join(f"{n}: {r['title']}" for n, r in data.items()),
+        "precondition": "; ".join(
+            f"{n}: k* effect {r['precondition']['between_over_noise']:.1f}x noise, lambda spread "
+            f"{r['precondition']['lambda_spread']:.0f}x ({'passed' if r['precondition']['passed'] else 'failed'})"
+            for n, r in data.items()
+        ),
+        "figures": "; ".join(row_fig),
+    }
+    intro = "\n".join(
+        [
+            "# Flash-GRPO: one SDE step, grouped by timestep and rectified",
+            "",
+            f"**Claim** ({claim}). **Verdict: {verdict}**"
+            + (f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."),
+            "",
+            "Variants (all with 10 sampling steps, Flow-GRPO's flow kernel, clip range 1e-3, advantages over the step's "
+            "global std, SDE steps drawn from k* in 0..8, no KL; each at its best learning rate of the sweep, then "
+            "trained on fresh seeds to the same compute): " + "; ".join(f"`{v}` = {LABELS[v]}" for v in VARIANTS) + ".",
+            "`mixed` is the paper's Fast1: Flow-GRPO-Fast draws its window per pipeline call, i.e. per rank, so the "
+            "samples of a prompt spread over ranks have different SDE steps; on one process `fast1` draws one window "
+            "for the whole batch, so its groups share k* (iso-temporal by accident) and it is shown for reference.",
+            "Evaluation: the mean reward of deterministic Euler ODE samples (the family's inference grid) from fixed "
+            "initial latents, the same for every variant and step; a run *collapsed* when it ended below the base "
+            "model's evaluation. Intervals: 95% Student t over seeds; differences are paired by seed.",
+            f"Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies flash`. Precondition: "
+            f"{summary['precondition']}.",
+            "",
+        ]
+    )
+    return StudyResult(
+        name="flash",
+        title="Flash-GRPO",
+        verdict=verdict,
+        summary=summary,
+        markdown=intro + "\n" + "\n".join(parts),
+        data={
+            "verdict": verdict,
+            "testbed_verdicts": verdicts,
+            "reasons": reasons,
+            "statistics": json_stats,
+            "raw": data,
+        },
+        figures=figures(data),
+    )

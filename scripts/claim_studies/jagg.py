@@ -10,6 +10,7 @@ pre-trained model, and the cheapest whose median cosine is at most ``COSINE_MAX`
 confirm it with ``method.diagnose_every``. Variants at equal steps and learning rate: ``jagg``, ``exact``
 (``jagg_frac=0``: the baseline's backward, bit for bit), ``endpoints_only``, ``nearest_endpoint``.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -19,12 +20,16 @@ from claim_studies.evaluation import FixedNoiseEval
 from claim_studies.flash import HELD_OUT
 from claim_studies.training import RunRecord, train
 
-COSINE_MAX = 0.9                        # precondition: JAGG's gradient no closer to the exact one than this
+COSINE_MAX = 0.9  # precondition: JAGG's gradient no closer to the exact one than this
 # candidate regimes, cheapest first, JAGG on every group: DanceGRPO at its noise level (eta 0.3) with 8 trained steps
 # in groups of 4 or one of 8, then with more noise (the SDE path strays further from the segment between a group's
 # endpoints, where the interpolated Jacobian is exact), then 16 trained steps in groups of 8
-REGIMES = [{"steps": 9, "window": 4, "eta": 0.3}, {"steps": 9, "window": 8, "eta": 0.3},
-           {"steps": 9, "window": 8, "eta": 1.0}, {"steps": 17, "window": 8, "eta": 1.0}]
+REGIMES = [
+    {"steps": 9, "window": 4, "eta": 0.3},
+    {"steps": 9, "window": 8, "eta": 0.3},
+    {"steps": 9, "window": 8, "eta": 1.0},
+    {"steps": 17, "window": 8, "eta": 1.0},
+]
 VARIANTS = {
     "jagg": ["method.jagg_frac=1.0"],
     "exact": ["method.jagg_frac=0.0"],
@@ -34,11 +39,23 @@ VARIANTS = {
 
 
 def overrides(regime: dict, variant: str, seed: int, lr: float, threads: int, diagnose: int) -> list[str]:
-    return ["method=jagg", "method.base=dance_grpo", "model=tiny_flux", "reward=color",
-            f"method.sampling_steps={regime['steps']}", f"method.window={regime['window']}",
-            f"method.eta={regime['eta']}", "method.group_size=8",
-            "method.prompts_per_step=2", "method.update_batch=16", f"method.diagnose_every={diagnose}",
-            *VARIANTS[variant], f"optimizer.lr={lr}", f"trainer.seed={seed}", f"trainer.threads={threads}"]
+    return [
+        "method=jagg",
+        "method.base=dance_grpo",
+        "model=tiny_flux",
+        "reward=color",
+        f"method.sampling_steps={regime['steps']}",
+        f"method.window={regime['window']}",
+        f"method.eta={regime['eta']}",
+        "method.group_size=8",
+        "method.prompts_per_step=2",
+        "method.update_batch=16",
+        f"method.diagnose_every={diagnose}",
+        *VARIANTS[variant],
+        f"optimizer.lr={lr}",
+        f"trainer.seed={seed}",
+        f"trainer.threads={threads}",
+    ]
 
 
 def cosines(rows: list[dict]) -> dict[str, list[float]]:
@@ -64,8 +81,10 @@ def scan(ctx: Context, state, lr: float, steps: int) -> list[dict]:
         cos = cosines(rows)
         every = [c for v in cos.values() for c in v]
         found.append({**regime, "cos_by_group": cos, "median_cos": statistics.median(every) if every else float("nan")})
-        ctx.say(f"[jagg] regime {regime}: JAGG-vs-exact cosine by group "
-                f"{ {g: round(statistics.mean(v), 3) for g, v in cos.items()} }, median {found[-1]['median_cos']:.3f}")
+        ctx.say(
+            f"[jagg] regime {regime}: JAGG-vs-exact cosine by group "
+            f"{ {g: round(statistics.mean(v), 3) for g, v in cos.items()} }, median {found[-1]['median_cos']:.3f}"
+        )
     return found
 
 
@@ -81,11 +100,19 @@ def run(ctx: Context) -> dict:
     chosen = ok[0] if ok else min(found, key=lambda r: r["median_cos"])
     passed = bool(ok)
     regime = {k: chosen[k] for k in ("steps", "window", "eta")}
-    ctx.say(f"[jagg] precondition: median cosine {chosen['median_cos']:.3f} in regime {regime} (need <= "
-            f"{COSINE_MAX}): {'PASSED' if passed else 'FAILED'}")
-    out = {"precondition": {"scan": found, "chosen": chosen, "passed": passed, "cosine_max": COSINE_MAX},
-           "lr": lr, "steps": n_steps, "diagnose_every": diagnose, "seeds": ctx.seeds, "runs": {},
-           "overrides": overrides(regime, "jagg", 0, lr, ctx.threads, diagnose)}
+    ctx.say(
+        f"[jagg] precondition: median cosine {chosen['median_cos']:.3f} in regime {regime} (need <= "
+        f"{COSINE_MAX}): {'PASSED' if passed else 'FAILED'}"
+    )
+    out = {
+        "precondition": {"scan": found, "chosen": chosen, "passed": passed, "cosine_max": COSINE_MAX},
+        "lr": lr,
+        "steps": n_steps,
+        "diagnose_every": diagnose,
+        "seeds": ctx.seeds,
+        "runs": {},
+        "overrides": overrides(regime, "jagg", 0, lr, ctx.threads, diagnose),
+    }
     if not passed and not quick:
         return out
     ruler = None
@@ -101,12 +128,22 @@ def run(ctx: Context) -> dict:
                 trainer = make_trainer(run_overrides, run_dir)
                 load_twin(trainer, state)
                 ruler = ruler or FixedNoiseEval(trainer, HELD_OUT, eval_per_prompt, 10)
-                keep = ("step", "reward/mean", "grad_norm", "count/transformer_fwd", "count/transformer_bwd",
-                        *[f"jagg/cos_group_{g}" for g in range(4)])
+                keep = (
+                    "step",
+                    "reward/mean",
+                    "grad_norm",
+                    "count/transformer_fwd",
+                    "count/transformer_bwd",
+                    *[f"jagg/cos_group_{g}" for g in range(4)],
+                )
                 return train(trainer, ruler, steps=n_steps, keep=keep).to_json()
 
-            key = {"overrides": run_overrides[:-1], "pretrain_steps": pretrain_steps, "steps": n_steps,
-                   "eval_per_prompt": eval_per_prompt}
+            key = {
+                "overrides": run_overrides[:-1],
+                "pretrain_steps": pretrain_steps,
+                "steps": n_steps,
+                "eval_per_prompt": eval_per_prompt,
+            }
             record = RunRecord.from_json(saved(run_dir / "record.json", key, compute))
             records.append(record.to_json())
             ctx.say(f"[jagg] {variant:16s} seed {seed}: eval {record.first:.4f} -> {record.final:.4f}")

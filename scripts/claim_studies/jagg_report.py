@@ -1,18 +1,34 @@
 """The JAGG study's write-up: statistics, verdict, markdown and figures, from the data :mod:`.jagg` saved."""
+
 from __future__ import annotations
 
 import statistics
 
 import numpy as np
 
-from claim_studies.common import (INCONCLUSIVE, MIN_SEEDS, NOT_REPRODUCED, REPRODUCED, StudyResult, as_dict, estimate,
-    fmt, paired, sign_of, table)
+from claim_studies.common import (
+    INCONCLUSIVE,
+    MIN_SEEDS,
+    NOT_REPRODUCED,
+    REPRODUCED,
+    StudyResult,
+    as_dict,
+    estimate,
+    fmt,
+    paired,
+    sign_of,
+    table,
+)
 from claim_studies.jagg import VARIANTS, cosines
 from launcher.compare.stats import curve_interval
 
-LABELS = {"jagg": "JAGG", "exact": "exact (jagg_frac=0)", "endpoints_only": "ablation: endpoints only",
-          "nearest_endpoint": "ablation: nearest endpoint"}
-MARGIN = 0.1          # non-inferiority margin: JAGG may lose at most this fraction of the exact baseline's gain
+LABELS = {
+    "jagg": "JAGG",
+    "exact": "exact (jagg_frac=0)",
+    "endpoints_only": "ablation: endpoints only",
+    "nearest_endpoint": "ablation: nearest endpoint",
+}
+MARGIN = 0.1  # non-inferiority margin: JAGG may lose at most this fraction of the exact baseline's gain
 
 
 def statistics_of(data: dict) -> dict:
@@ -22,13 +38,24 @@ def statistics_of(data: dict) -> dict:
     for v in runs:
         gains = [r["evals"][-1][3] - r["evals"][0][3] for r in runs[v]]
         cos = [c for r in runs[v] for cs in cosines(r["rows"]).values() for c in cs]
-        units = [(row["count/transformer_fwd"] + 2 * row["count/transformer_bwd"]) for r in runs[v]
-                 for row in r["rows"][1:2]]
-        out[v] = {"final": estimate(finals[v]), "gain": estimate(gains),
-                  "diff": paired(finals[v], finals["exact"]) if v != "exact" else None,
-                  "cos": estimate([statistics.mean([c for cs in cosines(r["rows"]).values() for c in cs])
-                                   for r in runs[v] if cosines(r["rows"])]) if cos else None,
-                  "units_per_step": units[0] if units else float("nan")}
+        units = [
+            (row["count/transformer_fwd"] + 2 * row["count/transformer_bwd"]) for r in runs[v] for row in r["rows"][1:2]
+        ]
+        out[v] = {
+            "final": estimate(finals[v]),
+            "gain": estimate(gains),
+            "diff": paired(finals[v], finals["exact"]) if v != "exact" else None,
+            "cos": estimate(
+                [
+                    statistics.mean([c for cs in cosines(r["rows"]).values() for c in cs])
+                    for r in runs[v]
+                    if cosines(r["rows"])
+                ]
+            )
+            if cos
+            else None,
+            "units_per_step": units[0] if units else float("nan"),
+        }
     return out
 
 
@@ -40,8 +67,11 @@ def verdict_of(data: dict, stats: dict) -> tuple[str, str, float]:
         return INCONCLUSIVE, f"fewer than {MIN_SEEDS} seeds", float("nan")
     exact_gain = stats["exact"]["gain"]
     if sign_of(exact_gain) <= 0:
-        return INCONCLUSIVE, "the exact baseline did not improve on the base model, so there is no quality to keep", \
-            float("nan")
+        return (
+            INCONCLUSIVE,
+            "the exact baseline did not improve on the base model, so there is no quality to keep",
+            float("nan"),
+        )
     margin = MARGIN * exact_gain.mean
     d = stats["jagg"]["diff"]
     if d.has_interval and d.lo > -margin:
@@ -56,24 +86,51 @@ def scan_md(data: dict) -> str:
     rows = []
     for r in pre["scan"]:
         groups = ", ".join(f"group {g}: {statistics.mean(v):.3f}" for g, v in sorted(r["cos_by_group"].items()))
-        rows.append([str(r["steps"]), str(r["window"]), f"{r['eta']:g}", groups, f"{r['median_cos']:.3f}",
-                     "chosen" if r is pre["chosen"] or r == pre["chosen"] else ""])
-    return ("JAGG over DanceGRPO on every group (`jagg_frac=1`, so the low-noise groups count), diagnostic cosine of "
-            "the JAGG gradient against the exact one (`method.diagnose_every=1`) on the first steps from the "
-            f"pre-trained model; the claim needs a regime as imperfect as the paper's (median <= "
-            f"{pre['cosine_max']}).\n\n" + table(["sampling steps", "W", "eta", "mean cosine by group", "median", ""], rows)
-            + f"\n\n**Precondition {'passed' if pre['passed'] else 'failed'}.**")
+        rows.append(
+            [
+                str(r["steps"]),
+                str(r["window"]),
+                f"{r['eta']:g}",
+                groups,
+                f"{r['median_cos']:.3f}",
+                "chosen" if r is pre["chosen"] or r == pre["chosen"] else "",
+            ]
+        )
+    return (
+        "JAGG over DanceGRPO on every group (`jagg_frac=1`, so the low-noise groups count), diagnostic cosine of "
+        "the JAGG gradient against the exact one (`method.diagnose_every=1`) on the first steps from the "
+        f"pre-trained model; the claim needs a regime as imperfect as the paper's (median <= "
+        f"{pre['cosine_max']}).\n\n"
+        + table(["sampling steps", "W", "eta", "mean cosine by group", "median", ""], rows)
+        + f"\n\n**Precondition {'passed' if pre['passed'] else 'failed'}.**"
+    )
 
 
 def results_md(data: dict, stats: dict) -> str:
     rows = []
     for v in VARIANTS:
         s = stats[v]
-        rows.append([LABELS[v], fmt(s["final"], 4), fmt(s["gain"], 4),
-                     "" if s["diff"] is None else fmt(s["diff"], 4),
-                     "" if s["cos"] is None else fmt(s["cos"], 3), f"{s['units_per_step']:.0f}"])
-    return table(["variant", "eval at the end", "gain over the base model", "minus exact (paired)",
-                  "cosine to the exact gradient during training", "forward-pass units / step"], rows)
+        rows.append(
+            [
+                LABELS[v],
+                fmt(s["final"], 4),
+                fmt(s["gain"], 4),
+                "" if s["diff"] is None else fmt(s["diff"], 4),
+                "" if s["cos"] is None else fmt(s["cos"], 3),
+                f"{s['units_per_step']:.0f}",
+            ]
+        )
+    return table(
+        [
+            "variant",
+            "eval at the end",
+            "gain over the base model",
+            "minus exact (paired)",
+            "cosine to the exact gradient during training",
+            "forward-pass units / step",
+        ],
+        rows,
+    )
 
 
 def figures(data: dict) -> dict:
@@ -93,8 +150,11 @@ def figures(data: dict) -> dict:
         lo, hi = curve_interval(ys) if len(recs) > 1 else (ys[0], ys[0])
         ax.plot(xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=LABELS[v])
         ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
-    ax.set(xlabel="step", ylabel="evaluation reward (ODE, fixed noise, held-out prompts)",
-           title=f"JAGG vs exact, {len(data['seeds'])} seeds; band: 95% interval")
+    ax.set(
+        xlabel="step",
+        ylabel="evaluation reward (ODE, fixed noise, held-out prompts)",
+        title=f"JAGG vs exact, {len(data['seeds'])} seeds; band: 95% interval",
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -108,30 +168,58 @@ def write_up(data: dict) -> StudyResult:
         verdict, reason, margin = verdict_of(data, stats)
     else:
         verdict, reason, margin = INCONCLUSIVE, "no regime with a realistic cosine was found", float("nan")
-    claim = ("JAGG's 2 backward passes per group of W keep the exact gradient's quality, with the t-interpolation "
-             "doing the work (arXiv:2607.17572)")
+    claim = (
+        "JAGG's 2 backward passes per group of W keep the exact gradient's quality, with the t-interpolation "
+        "doing the work (arXiv:2607.17572)"
+    )
     chosen = pre["chosen"]
-    figures_text = (f"JAGG − exact {fmt(stats['jagg']['diff'], 4)} (margin −{margin:.4f}); endpoints_only − exact "
-                    f"{fmt(stats['endpoints_only']['diff'], 4)}" if stats else "not trained")
-    summary = {"claim": claim, "testbeds": "tiny FLUX twin, flow-matching pre-trained, colour reward, JAGG over "
-                                          "DanceGRPO",
-               "precondition": f"median JAGG-vs-exact cosine {chosen['median_cos']:.2f} at "
-                               f"{chosen['steps']} steps, W = {chosen['window']}, eta {chosen['eta']:g} (<= "
-                               f"{pre['cosine_max']}: "
-                               f"{'passed' if pre['passed'] else 'failed'})",
-               "figures": figures_text}
-    body = "\n".join([
-        "# JAGG: two backward passes per group, quality kept?", "", f"**Claim** ({claim}). **Verdict: {verdict}** "
-        f"({reason}).", "",
-        f"Setup: {len(data['seeds'])} seeds ({data['seeds']}), {data['steps']} steps each at lr {data['lr']:g}, the "
-        "same for every variant; evaluation: the mean colour reward of deterministic Euler ODE samples of 8 held-out "
-        "prompts from fixed initial latents (the same for every variant and step). Non-inferiority: JAGG keeps the "
-        f"quality when the 95% interval of (JAGG − exact) lies above −{MARGIN:.0%} of the exact baseline's mean gain. "
-        "Intervals: Student t over seeds, differences paired by seed.", "", "```", " ".join(data["overrides"]), "```",
-        "", "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies jagg`.", "",
-        "## Precondition: a realistic cosine", "", scan_md(data), "",
-        *(["## Training at equal steps", "", results_md(data, stats), ""] if stats else [])])
+    figures_text = (
+        f"JAGG − exact {fmt(stats['jagg']['diff'], 4)} (margin −{margin:.4f}); endpoints_only − exact "
+        f"{fmt(stats['endpoints_only']['diff'], 4)}"
+        if stats
+        else "not trained"
+    )
+    summary = {
+        "claim": claim,
+        "testbeds": "tiny FLUX twin, flow-matching pre-trained, colour reward, JAGG over DanceGRPO",
+        "precondition": f"median JAGG-vs-exact cosine {chosen['median_cos']:.2f} at "
+        f"{chosen['steps']} steps, W = {chosen['window']}, eta {chosen['eta']:g} (<= "
+        f"{pre['cosine_max']}: "
+        f"{'passed' if pre['passed'] else 'failed'})",
+        "figures": figures_text,
+    }
+    body = "\n".join(
+        [
+            "# JAGG: two backward passes per group, quality kept?",
+            "",
+            f"**Claim** ({claim}). **Verdict: {verdict}** ({reason}).",
+            "",
+            f"Setup: {len(data['seeds'])} seeds ({data['seeds']}), {data['steps']} steps each at lr {data['lr']:g}, the "
+            "same for every variant; evaluation: the mean colour reward of deterministic Euler ODE samples of 8 held-out "
+            "prompts from fixed initial latents (the same for every variant and step). Non-inferiority: JAGG keeps the "
+            f"quality when the 95% interval of (JAGG − exact) lies above −{MARGIN:.0%} of the exact baseline's mean gain. "
+            "Intervals: Student t over seeds, differences paired by seed.",
+            "",
+            "```",
+            " ".join(data["overrides"]),
+            "```",
+            "",
+            "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies jagg`.",
+            "",
+            "## Precondition: a realistic cosine",
+            "",
+            scan_md(data),
+            "",
+            *(["## Training at equal steps", "", results_md(data, stats), ""] if stats else []),
+        ]
+    )
     json_stats = {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()}
-    return StudyResult(name="jagg", title="JAGG", verdict=verdict, summary=summary, markdown=body,
-                       data={"verdict": verdict, "reason": reason, "margin": margin, "statistics": json_stats,
-                             "raw": data}, figures=figures(data))
+    return StudyResult(
+        name="jagg",
+        title="JAGG",
+        verdict=verdict,
+        summary=summary,
+        markdown=body,
+        data={"verdict": verdict, "reason": reason, "margin": margin, "statistics": json_stats, "raw": data},
+        figures=figures(data),
+    )

@@ -1,5 +1,6 @@
 """One training run of a study: the shared trainer stepped to a compute budget (or a step count), evaluated with the
 study's ruler along the way."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -31,13 +32,19 @@ class RunRecord:
         return {"evals": [list(e) for e in self.evals], "rows": self.rows, **self.extras}
 
     @classmethod
-    def from_json(cls, data: dict) -> "RunRecord":
+    def from_json(cls, data: dict) -> RunRecord:
         extras = {k: v for k, v in data.items() if k not in ("evals", "rows")}
         return cls(evals=[tuple(e) for e in data["evals"]], rows=list(data["rows"]), extras=extras)
 
 
-def train(trainer, ruler, budget_units: float | None = None, steps: int | None = None, evals: int = 6,
-          keep: tuple[str, ...] = ("step", "reward/mean", "grad_norm")) -> RunRecord:
+def train(
+    trainer,
+    ruler,
+    budget_units: float | None = None,
+    steps: int | None = None,
+    evals: int = 6,
+    keep: tuple[str, ...] = ("step", "reward/mean", "grad_norm"),
+) -> RunRecord:
     """Step ``trainer`` until the next step would exceed ``budget_units`` of compute (a step's cost is deterministic
     per method, so equal-compute variants never overshoot), or for ``steps`` steps; score the model with ``ruler``
     (``ruler(trainer) -> float``) before training and at ``evals`` equally spaced marks of the budget (the last at

@@ -1,6 +1,7 @@
 """The two ceilings every other figure is read against: the bf16 matmul rate (MFU's denominator) and the memory
 bandwidth (a device-to-device copy, bytes read plus written), with the host<->device copy rates that offloading and
 the rollouts' transfers see: pageable vs pinned host memory, each direction."""
+
 from __future__ import annotations
 
 import statistics
@@ -27,8 +28,9 @@ def matmul_tflops(device: torch.device, n: int, reps: int = MATMUL_REPS) -> floa
     return 2 * n**3 * reps / dt / 1e12
 
 
-def _copy_gbs(device: torch.device, dst: torch.Tensor, src: torch.Tensor, reps: int = 5,
-              bytes_per_copy: int | None = None) -> float:
+def _copy_gbs(
+    device: torch.device, dst: torch.Tensor, src: torch.Tensor, reps: int = 5, bytes_per_copy: int | None = None
+) -> float:
     """GB/s of ``dst.copy_(src)`` (median of ``reps``; non-blocking where a side is pinned)."""
     nbytes = bytes_per_copy or src.numel() * src.element_size()
     blocking = not (src.is_pinned() or dst.is_pinned())
@@ -46,23 +48,35 @@ def section_ceilings(chk: Check, rec: Recorder, allowance: float) -> None:
     t0 = time.monotonic()
     tflops = matmul_tflops(device, n)
     chk.ceiling_tflops = tflops
-    rec.write("ceilings", f"matmul bf16 {n}^3", tflops=tflops, seconds=2 * n**3 / tflops / 1e12,
-              value=f"{tflops:.4g} TFLOP/s", reps=MATMUL_REPS,
-              wall_s=round(time.monotonic() - t0, 2))
+    rec.write(
+        "ceilings",
+        f"matmul bf16 {n}^3",
+        tflops=tflops,
+        seconds=2 * n**3 / tflops / 1e12,
+        value=f"{tflops:.4g} TFLOP/s",
+        reps=MATMUL_REPS,
+        wall_s=round(time.monotonic() - t0, 2),
+    )
 
     nbytes = chk.profile.copy_mib * 2**20
     on_device = torch.empty(nbytes, dtype=torch.uint8, device=device).fill_(7)
     other = torch.empty_like(on_device)
     # read + written: the memory system's ceiling for bandwidth-bound kernels
     gbs = _copy_gbs(device, other, on_device, bytes_per_copy=2 * nbytes)
-    rec.write("ceilings", "copy device->device", value=f"{gbs:.4g} GB/s (read + written)", gb_per_s=gbs,
-              mib=chk.profile.copy_mib)
+    rec.write(
+        "ceilings",
+        "copy device->device",
+        value=f"{gbs:.4g} GB/s (read + written)",
+        gb_per_s=gbs,
+        mib=chk.profile.copy_mib,
+    )
     del other
-    pageable = torch.empty(nbytes, dtype=torch.uint8).fill_(7)         # pages touched before timing
+    pageable = torch.empty(nbytes, dtype=torch.uint8).fill_(7)  # pages touched before timing
     for direction, dst, src in (("host->device", on_device, pageable), ("device->host", pageable, on_device)):
         gbs = _copy_gbs(device, dst, src)
-        rec.write("ceilings", f"copy {direction} pageable", value=f"{gbs:.3g} GB/s", gb_per_s=gbs,
-                  mib=chk.profile.copy_mib)
+        rec.write(
+            "ceilings", f"copy {direction} pageable", value=f"{gbs:.3g} GB/s", gb_per_s=gbs, mib=chk.profile.copy_mib
+        )
     if device.type != "cuda":
         rec.write("ceilings", "copy host<->device pinned", status="skipped", reason="pinned memory needs CUDA")
         return
@@ -70,5 +84,6 @@ def section_ceilings(chk: Check, rec: Recorder, allowance: float) -> None:
     del pageable
     for direction, dst, src in (("host->device", on_device, pinned), ("device->host", pinned, on_device)):
         gbs = _copy_gbs(device, dst, src)
-        rec.write("ceilings", f"copy {direction} pinned", value=f"{gbs:.3g} GB/s", gb_per_s=gbs,
-                  mib=chk.profile.copy_mib)
+        rec.write(
+            "ceilings", f"copy {direction} pinned", value=f"{gbs:.3g} GB/s", gb_per_s=gbs, mib=chk.profile.copy_mib
+        )

@@ -3,6 +3,7 @@ single-stream block (bf16 weights, no checkpointing), forward + backward at the 
 block compiled in place (``nn.Module.compile``, per block as torchtitan's ``apply_compile`` does before sharding).
 Reports the first compiled call's time (the compilation), the compiled pass time, the speedup eager / compiled, and
 the relative difference of the two forwards' outputs (bf16 rounding, a few 1e-3)."""
+
 from __future__ import annotations
 
 import time
@@ -48,14 +49,22 @@ def section_compile(chk: Check, rec: Recorder, allowance: float) -> None:
 
     for block in [*model.transformer_blocks, *model.single_transformer_blocks]:
         block.compile(backend=backend)
-    compile_s, _ = timed(device, forward_backward)          # the first call compiles forward and backward
+    compile_s, _ = timed(device, forward_backward)  # the first call compiles forward and backward
     with torch.no_grad():
         compiled_out = velocity(model, inputs, ac)
     rel_diff = float((compiled_out - reference).norm() / reference.norm())
     compiled = measure_pass(device, forward_backward, chk.reps, end - time.monotonic() - 1.0, flops=False)
     compiled.pop("out")
     speedup = eager["seconds"] / compiled["seconds"]
-    rec.write(SECTION, f"flux 1+1 blocks b{batch} fwd+bwd compiled", **common, **compiled, compile_s=compile_s,
-              speedup=speedup, rel_diff_vs_eager=rel_diff, value=f"{speedup:.2f}x eager, compiled in {compile_s:.0f} s")
+    rec.write(
+        SECTION,
+        f"flux 1+1 blocks b{batch} fwd+bwd compiled",
+        **common,
+        **compiled,
+        compile_s=compile_s,
+        speedup=speedup,
+        rel_diff_vs_eager=rel_diff,
+        value=f"{speedup:.2f}x eager, compiled in {compile_s:.0f} s",
+    )
     del model, inputs, reference, compiled_out
     free_memory(device)

@@ -15,6 +15,7 @@ linearly with the rows), or, when neither ran, the checkpointed count less one f
 recomputed: an underestimate by their share, negligible at published sizes). ``tflops`` is executed FLOPs per
 second, ``mfu`` model FLOPs per second over the measured matmul ceiling.
 """
+
 from __future__ import annotations
 
 import time
@@ -39,8 +40,14 @@ def ceiling_tflops(chk: Check) -> float:
     return chk.ceiling_tflops
 
 
-def model_flops(kind: str, checkpointing: bool | None, batch: int, executed: float, forward: dict[int, float],
-                fwd_bwd: dict[int, float]) -> float | None:
+def model_flops(
+    kind: str,
+    checkpointing: bool | None,
+    batch: int,
+    executed: float,
+    forward: dict[int, float],
+    fwd_bwd: dict[int, float],
+) -> float | None:
     """The pass's own TFLOPs (module docstring), remembering the counts later measurements derive theirs from."""
     if kind == "fwd":
         forward[batch] = executed
@@ -71,17 +78,27 @@ def measure_family(chk: Check, rec: Recorder, name: str, allowance: float) -> No
     build_s, model = timed(device, lambda: fam.build(cfg, device, chk.compute_dtype))
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    rec.write(SECTION, f"{name} build", family=name, seconds=build_s,
-              params_b=sum(p.numel() for p in params) / 1e9,
-              params_gib=sum(p.numel() * p.element_size() for p in params) / 2**30,
-              param_dtype=str(params[0].dtype).removeprefix("torch."), autocast=str(ac).removeprefix("torch."),
-              image_tokens=fam.image_tokens(cfg, shape), text_tokens=shape.text_tokens, rows_per_sample=shape.rows,
-              height=shape.height, width=shape.width, frames=shape.frames,
-              value=f"{sum(p.numel() for p in params) / 1e9:.3g} B params, batched = {batched} samples")
+    rec.write(
+        SECTION,
+        f"{name} build",
+        family=name,
+        seconds=build_s,
+        params_b=sum(p.numel() for p in params) / 1e9,
+        params_gib=sum(p.numel() * p.element_size() for p in params) / 2**30,
+        param_dtype=str(params[0].dtype).removeprefix("torch."),
+        autocast=str(ac).removeprefix("torch."),
+        image_tokens=fam.image_tokens(cfg, shape),
+        text_tokens=shape.text_tokens,
+        rows_per_sample=shape.rows,
+        height=shape.height,
+        width=shape.width,
+        frames=shape.frames,
+        value=f"{sum(p.numel() for p in params) / 1e9:.3g} B params, batched = {batched} samples",
+    )
 
     inputs: dict[int, dict] = {}
     forward_tflop: dict[int, float] = {}
-    backward_model_tflop: dict[int, float] = {}         # forward + backward counted without checkpointing
+    backward_model_tflop: dict[int, float] = {}  # forward + backward counted without checkpointing
 
     def call_inputs(batch: int) -> dict:
         if batch not in inputs:
@@ -92,8 +109,14 @@ def measure_family(chk: Check, rec: Recorder, name: str, allowance: float) -> No
         for p in params:
             p.grad = None
 
-    plan = [(1, "fwd", None), (1, "fwd_bwd", False), (1, "fwd_bwd", True), (batched, "fwd", None),
-            (batched, "fwd_bwd", True), (batched, "fwd_bwd", False)]
+    plan = [
+        (1, "fwd", None),
+        (1, "fwd_bwd", False),
+        (1, "fwd_bwd", True),
+        (batched, "fwd", None),
+        (batched, "fwd_bwd", True),
+        (batched, "fwd_bwd", False),
+    ]
     for i, (batch, kind, checkpointing) in enumerate(plan):
         inp = call_inputs(batch)
         if checkpointing:
@@ -112,14 +135,20 @@ def measure_family(chk: Check, rec: Recorder, name: str, allowance: float) -> No
             return v.detach()
 
         label = f"{name} b{batch} {'fwd' if kind == 'fwd' else 'fwd+bwd'}" + (
-            "" if checkpointing is None else (" ckpt" if checkpointing else " no-ckpt"))
-        line = {"family": name, "batch": batch, "rows": shape.rows * batch, "pass": kind,
-                "checkpointing": checkpointing}
+            "" if checkpointing is None else (" ckpt" if checkpointing else " no-ckpt")
+        )
+        line = {
+            "family": name,
+            "batch": batch,
+            "rows": shape.rows * batch,
+            "pass": kind,
+            "checkpointing": checkpointing,
+        }
         budget = (end - time.monotonic()) / (len(plan) - i)
         status, oom = "ok", None
         try:
             m = measure_pass(device, forward if kind == "fwd" else forward_backward, chk.reps, budget)
-        except torch.cuda.OutOfMemoryError as e:         # recorded; the frames holding the attempt go with `e`
+        except torch.cuda.OutOfMemoryError as e:  # recorded; the frames holding the attempt go with `e`
             status, oom, m = "oom", first_line(e), {}
         if m:
             out = m.pop("out")
@@ -136,9 +165,17 @@ def measure_family(chk: Check, rec: Recorder, name: str, allowance: float) -> No
         model_tflop = model_flops(kind, checkpointing, batch, executed, forward_tflop, backward_model_tflop)
         tflops = executed / seconds
         mfu = None if model_tflop is None else model_tflop / seconds / ceiling_tflops(chk)
-        rec.write(SECTION, label, **line, **m, model_tflop=model_tflop, tflops=tflops, mfu=mfu,
-                  tokens_per_s=shape.rows * batch * fam.image_tokens(cfg, shape) / seconds,
-                  value=f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f", MFU {mfu:.1%}"))
+        rec.write(
+            SECTION,
+            label,
+            **line,
+            **m,
+            model_tflop=model_tflop,
+            tflops=tflops,
+            mfu=mfu,
+            tokens_per_s=shape.rows * batch * fam.image_tokens(cfg, shape) / seconds,
+            value=f"{tflops:.3g} TFLOP/s" + ("" if mfu is None else f", MFU {mfu:.1%}"),
+        )
     del model, params, inputs
 
 
@@ -149,8 +186,13 @@ def section_families(chk: Check, rec: Recorder, allowance: float) -> None:
         rest = chk.families[i:]
         share = (end - time.monotonic()) * FAMILY_WEIGHTS[name] / sum(FAMILY_WEIGHTS[r] for r in rest)
         if share < chk.profile.family_minimum_s:
-            rec.write(SECTION, name, status="skipped", family=name,
-                      reason=f"its share {share:.0f} s < {chk.profile.family_minimum_s:.0f} s")
+            rec.write(
+                SECTION,
+                name,
+                status="skipped",
+                family=name,
+                reason=f"its share {share:.0f} s < {chk.profile.family_minimum_s:.0f} s",
+            )
             continue
         res: dict = {}
         run_guarded(res, share, lambda: measure_family(chk, rec, name, share))

@@ -12,6 +12,7 @@ A 1-rank process group (NCCL on the GPU, gloo on the CPU) moves no bytes between
 ``plain`` are FSDP2's own overhead: the fp32 -> bf16 casts into the all-gather buffer, the copies out of it, the
 gradient reduce-scatter copies and the hooks around every block.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -39,14 +40,20 @@ def section_fsdp(chk: Check, rec: Recorder, allowance: float) -> None:
     device, fam = chk.device, FAMILIES["flux"]
     cfg = fam.transformer_config(chk.profile.tiny)
     shape = fam.smoke_shape if chk.profile.tiny else fam.shape
-    compute = torch_dtype("auto", device.type)    # what the FLUX backbone autocasts to on this device
+    compute = torch_dtype("auto", device.type)  # what the FLUX backbone autocasts to on this device
     backend = "nccl" if device.type == "cuda" else "gloo"
     policy = mixed_precision_policy(device.type)
-    common = {"backend": backend, "world_size": 1, "double_blocks": cfg["num_layers"],
-              "single_blocks": cfg["num_single_layers"], "rows": shape.rows, "checkpointing": True,
-              "autocast": str(compute).removeprefix("torch."),
-              "param_dtype": str(policy.param_dtype or torch.float32).removeprefix("torch."),
-              "reduce_dtype": str(policy.reduce_dtype or torch.float32).removeprefix("torch.")}
+    common = {
+        "backend": backend,
+        "world_size": 1,
+        "double_blocks": cfg["num_layers"],
+        "single_blocks": cfg["num_single_layers"],
+        "rows": shape.rows,
+        "checkpointing": True,
+        "autocast": str(compute).removeprefix("torch."),
+        "param_dtype": str(policy.param_dtype or torch.float32).removeprefix("torch."),
+        "reduce_dtype": str(policy.reduce_dtype or torch.float32).removeprefix("torch."),
+    }
     free_memory(device)
     reset_peak(device)
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,7 +61,7 @@ def section_fsdp(chk: Check, rec: Recorder, allowance: float) -> None:
         dist.init_process_group(backend, init_method=f"file://{tmp}/rendezvous", rank=0, world_size=1, **extra)
         try:
             mesh = init_device_mesh(device.type, (1,))
-            build_s, model = timed(device, lambda: fam.build(cfg, device))          # fp32 master weights
+            build_s, model = timed(device, lambda: fam.build(cfg, device))  # fp32 master weights
             model.enable_gradient_checkpointing()
             model.train()
             inputs = fam.call_inputs(cfg, shape, device, compute)
@@ -70,8 +77,12 @@ def section_fsdp(chk: Check, rec: Recorder, allowance: float) -> None:
             plain_s = None
             for i, step in enumerate(steps):
                 if step == "fsdp reshard on":
-                    shard_s, _ = timed(device, lambda: FluxBackbone.shard_transformer(
-                        model, mesh, mp_policy=policy, reshard_after_forward=True, activation_checkpointing=True))
+                    shard_s, _ = timed(
+                        device,
+                        lambda: FluxBackbone.shard_transformer(
+                            model, mesh, mp_policy=policy, reshard_after_forward=True, activation_checkpointing=True
+                        ),
+                    )
                     common["shard_s"] = round(shard_s, 3)
                 elif step == "fsdp reshard off":
                     model.set_reshard_after_forward(False)
@@ -91,8 +102,16 @@ def section_fsdp(chk: Check, rec: Recorder, allowance: float) -> None:
                 del out
                 plain_s = m["seconds"] if step == "plain" else plain_s
                 ratio = None if plain_s is None or step == "plain" else m["seconds"] / plain_s
-                rec.write(SECTION, f"flux b1 fwd+bwd {step}", **common, **m, out_finite=finite, build_s=build_s,
-                          ratio_to_plain=ratio, value="" if ratio is None else f"{ratio:.2f}x plain")
+                rec.write(
+                    SECTION,
+                    f"flux b1 fwd+bwd {step}",
+                    **common,
+                    **m,
+                    out_finite=finite,
+                    build_s=build_s,
+                    ratio_to_plain=ratio,
+                    value="" if ratio is None else f"{ratio:.2f}x plain",
+                )
             del model, inputs
         finally:
             dist.destroy_process_group()

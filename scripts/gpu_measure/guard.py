@@ -6,6 +6,7 @@ alarm and marked ``timeout``. Time a section does not use goes to the ones after
 lands between Python bytecodes: a single CUDA call that hangs is not interrupted, which is why the device command
 also runs under the device tool's own time limit and every figure is written the moment it is measured.
 """
+
 from __future__ import annotations
 
 import signal
@@ -13,14 +14,14 @@ import time
 import traceback
 from typing import Callable
 
-MARGIN_S = 3.0                 # kept back from the budget for the summary
+MARGIN_S = 3.0  # kept back from the budget for the summary
 
 
 class Overrun(BaseException):
     """Raised by the alarm of an expired :class:`Deadline`. A BaseException, so that library code catching
     ``Exception`` cannot swallow it."""
 
-    def __init__(self, deadline: "Deadline"):
+    def __init__(self, deadline: Deadline):
         super().__init__(f"deadline of {deadline.seconds:.0f} s passed")
         self.deadline = deadline
 
@@ -31,8 +32,8 @@ class Deadline:
     passes the stop on to it. The outermost one puts back the SIGALRM handler and timer it found (e.g.
     pytest-timeout's), counting down the time spent."""
 
-    _stack: list["Deadline"] = []
-    _saved: tuple = ()                    # (handler, seconds left on the timer, interval, when saved)
+    _stack: list[Deadline] = []
+    _saved: tuple = ()  # (handler, seconds left on the timer, interval, when saved)
 
     def __init__(self, seconds: float):
         self.seconds = max(0.0, float(seconds))
@@ -40,7 +41,7 @@ class Deadline:
         self.expired = False
         self.closing = False
 
-    def __enter__(self) -> "Deadline":
+    def __enter__(self) -> Deadline:
         self.expiry = time.monotonic() + self.seconds
         if not Deadline._stack:
             left, interval = signal.getitimer(signal.ITIMER_REAL)
@@ -51,7 +52,7 @@ class Deadline:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.closing = True                   # an alarm from now on no longer stops this block
+        self.closing = True  # an alarm from now on no longer stops this block
         Deadline._stack.remove(self)
         Deadline._arm()
         if not Deadline._stack:
@@ -76,10 +77,10 @@ class Deadline:
     def _on_alarm(signum, frame) -> None:
         now = time.monotonic()
         due = [d for d in Deadline._stack if d.expiry <= now + 1e-3 and not d.closing]
-        if not due:                       # woke early: wait for the earliest again
+        if not due:  # woke early: wait for the earliest again
             Deadline._arm()
             return
-        raise Overrun(due[0])             # the outermost expired block: everything inside it unwinds
+        raise Overrun(due[0])  # the outermost expired block: everything inside it unwinds
 
 
 def run_guarded(res: dict, seconds: float, fn: Callable[[], None]) -> None:
@@ -91,10 +92,11 @@ def run_guarded(res: dict, seconds: float, fn: Callable[[], None]) -> None:
         with d:
             try:
                 fn()
-            except Exception as e:   # noqa: BLE001 - a failing part is reported, the next ones still run
-                res.update(status="error", error=f"{type(e).__name__}: {e}"[:2000],
-                           traceback=traceback.format_exc()[-3000:])
-    except Overrun as e:                      # the alarm landed in the instant the block was closing
+            except Exception as e:  # noqa: BLE001 - a failing part is reported, the next ones still run
+                res.update(
+                    status="error", error=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-3000:]
+                )
+    except Overrun as e:  # the alarm landed in the instant the block was closing
         if e.deadline is not d:
             raise
         d.expired = True
@@ -108,15 +110,16 @@ class SectionRunner:
     """Runs the sections in order, each within its share of what is left of the budget: the time left times its
     planned weight over the weights of the sections still to run."""
 
-    def __init__(self, budget_s: float, order: list[str], weights: dict[str, float], minimum: dict[str, float],
-                 start: float):
+    def __init__(
+        self, budget_s: float, order: list[str], weights: dict[str, float], minimum: dict[str, float], start: float
+    ):
         self.budget_s, self.order, self.weights, self.minimum, self.start = budget_s, order, weights, minimum, start
 
     def left(self) -> float:
         return self.budget_s - MARGIN_S - (time.monotonic() - self.start)
 
     def share(self, name: str) -> float:
-        rest = self.order[self.order.index(name):]
+        rest = self.order[self.order.index(name) :]
         return max(0.0, self.left()) * self.weights[name] / sum(self.weights[s] for s in rest)
 
     def run(self, name: str, fn: Callable[[float], None]) -> dict:
@@ -124,11 +127,14 @@ class SectionRunner:
         share = self.share(name)
         res: dict = {"allowance_s": round(share, 1)}
         if share < self.minimum[name]:
-            res.update(status="skipped", seconds=0.0,
-                       reason=f"{max(0.0, self.left()):.0f} s of the {self.budget_s:.0f} s budget left: its share "
-                              f"{share:.0f} s < the {self.minimum[name]:.0f} s it needs")
+            res.update(
+                status="skipped",
+                seconds=0.0,
+                reason=f"{max(0.0, self.left()):.0f} s of the {self.budget_s:.0f} s budget left: its share "
+                f"{share:.0f} s < the {self.minimum[name]:.0f} s it needs",
+            )
             return res
         cpu0 = time.process_time()
         run_guarded(res, share, lambda: fn(share))
-        res["cpu_s"] = round(time.process_time() - cpu0, 2)     # this process's CPU time (not the benches')
+        res["cpu_s"] = round(time.process_time() - cpu0, 2)  # this process's CPU time (not the benches')
         return res

@@ -5,6 +5,7 @@ The sections run in this order, most valuable first, so that a run cut short los
 the other figures are read against; each family's transformer (the cost of every method's passes); FSDP2's
 overhead; the reward path's VAE decode and ViT-H tower; the method benches' ratios; compiled blocks (optional).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,8 +13,7 @@ from pathlib import Path
 
 import torch
 
-SECTIONS = ("ceilings", "families", "fsdp", "vae", "reward_tower", "bench_jagg", "bench_flash", "bench_eam",
-            "compile")
+SECTIONS = ("ceilings", "families", "fsdp", "vae", "reward_tower", "bench_jagg", "bench_flash", "bench_eam", "compile")
 FAMILY_NAMES = ("flux", "sd35m", "wan2.1", "qwenimage")
 # share of the families section each family gets, by its expected cost (Qwen-Image: 20 B parameters)
 FAMILY_WEIGHTS = {"flux": 1.0, "sd35m": 0.5, "wan2.1": 1.0, "qwenimage": 1.5}
@@ -22,58 +22,184 @@ FAMILY_WEIGHTS = {"flux": 1.0, "sd35m": 0.5, "wan2.1": 1.0, "qwenimage": 1.5}
 @dataclass(frozen=True)
 class Profile:
     name: str
-    device: str                                   # cuda | cpu
-    tiny: bool                                    # tiny twin widths instead of the published configs
-    budget_s: float                               # the whole check, imports included
-    weights: dict[str, float]                     # planned seconds per section (shares of the time left)
-    minimum: dict[str, float]                     # a section whose share is below this is skipped
-    family_minimum_s: float                       # same for one family of ``families``
-    reps: int                                     # timed repetitions per measurement, at most
-    batched: dict[str, int]                       # samples per transformer call at the batched size, per family
-    matmul_n: int                                 # ceilings: the square bf16 matmul's side
-    copy_mib: int                                 # ceilings: bytes per copy
-    vae_latent_side: int                          # vae: latent side (8 px per latent px: 64 -> 512 px)
+    device: str  # cuda | cpu
+    tiny: bool  # tiny twin widths instead of the published configs
+    budget_s: float  # the whole check, imports included
+    weights: dict[str, float]  # planned seconds per section (shares of the time left)
+    minimum: dict[str, float]  # a section whose share is below this is skipped
+    family_minimum_s: float  # same for one family of ``families``
+    reps: int  # timed repetitions per measurement, at most
+    batched: dict[str, int]  # samples per transformer call at the batched size, per family
+    matmul_n: int  # ceilings: the square bf16 matmul's side
+    copy_mib: int  # ceilings: bytes per copy
+    vae_latent_side: int  # vae: latent side (8 px per latent px: 64 -> 512 px)
     vae_batches: tuple[int, ...]
-    tower_batch: int                              # reward_tower: images per call
-    compile_backend: str                          # compile: torch.compile backend
+    tower_batch: int  # reward_tower: images per call
+    compile_backend: str  # compile: torch.compile backend
     bench_args: dict[str, list[str]] = field(default_factory=dict)
 
 
 GPU = Profile(
-    "gpu", "cuda", tiny=False, budget_s=480.0,
-    weights=dict(ceilings=15, families=190, fsdp=40, vae=15, reward_tower=15, bench_jagg=55, bench_flash=55,
-                 bench_eam=55, compile=40),
-    minimum=dict(ceilings=5, families=40, fsdp=20, vae=5, reward_tower=5, bench_jagg=30, bench_flash=30,
-                 bench_eam=30, compile=25),
-    family_minimum_s=15.0, reps=3,
+    "gpu",
+    "cuda",
+    tiny=False,
+    budget_s=480.0,
+    weights=dict(
+        ceilings=15,
+        families=190,
+        fsdp=40,
+        vae=15,
+        reward_tower=15,
+        bench_jagg=55,
+        bench_flash=55,
+        bench_eam=55,
+        compile=40,
+    ),
+    minimum=dict(
+        ceilings=5, families=40, fsdp=20, vae=5, reward_tower=5, bench_jagg=30, bench_flash=30, bench_eam=30, compile=25
+    ),
+    family_minimum_s=15.0,
+    reps=3,
     # rows per call double with true CFG (SD3.5, Qwen-Image, Wan): 16, 8 and 4 rows; Wan's rows hold 14 040 tokens
     batched={"flux": 8, "sd35m": 8, "qwenimage": 4, "wan2.1": 2},
-    matmul_n=8192, copy_mib=1024, vae_latent_side=64, vae_batches=(1, 8, 24), tower_batch=24,
+    matmul_n=8192,
+    copy_mib=1024,
+    vae_latent_side=64,
+    vae_batches=(1, 8, 24),
+    tower_batch=24,
     compile_backend="inductor",
     # 1024 image tokens (128 px through the twin's 2x VAE, packed 2x2); the first bench writes the wide twin once
     # (5 GB) into $REWARDFLOW_CACHE, the others reuse it
     bench_args=dict(
-        bench_jagg=["--device", "cuda", "--config", "wide", "--size", "128", "--samples", "4", "--rounds", "2",
-                    "--warmup", "1", "--probe-reps", "2"],
-        bench_flash=["--device", "cuda", "--config", "wide", "--size", "128", "--group-size", "4", "--prompts", "2",
-                     "--micro-batch", "4", "--rounds", "2", "--warmup", "1"],
-        bench_eam=["--parts", "cost", "--device", "cuda", "--config", "wide", "--size", "128", "--prompts", "2",
-                   "--group", "2", "--rounds", "2", "--warmup", "1"]))
+        bench_jagg=[
+            "--device",
+            "cuda",
+            "--config",
+            "wide",
+            "--size",
+            "128",
+            "--samples",
+            "4",
+            "--rounds",
+            "2",
+            "--warmup",
+            "1",
+            "--probe-reps",
+            "2",
+        ],
+        bench_flash=[
+            "--device",
+            "cuda",
+            "--config",
+            "wide",
+            "--size",
+            "128",
+            "--group-size",
+            "4",
+            "--prompts",
+            "2",
+            "--micro-batch",
+            "4",
+            "--rounds",
+            "2",
+            "--warmup",
+            "1",
+        ],
+        bench_eam=[
+            "--parts",
+            "cost",
+            "--device",
+            "cuda",
+            "--config",
+            "wide",
+            "--size",
+            "128",
+            "--prompts",
+            "2",
+            "--group",
+            "2",
+            "--rounds",
+            "2",
+            "--warmup",
+            "1",
+        ],
+    ),
+)
 
 SMOKE = Profile(
     # a generous budget: on a loaded shared CPU the toy sizes take minutes of wall-clock, in CI about one
-    "cpu-smoke", "cpu", tiny=True, budget_s=600.0,
-    weights=dict(GPU.weights), minimum={s: 1.0 for s in SECTIONS}, family_minimum_s=1.0, reps=1,
+    "cpu-smoke",
+    "cpu",
+    tiny=True,
+    budget_s=600.0,
+    weights=dict(GPU.weights),
+    minimum={s: 1.0 for s in SECTIONS},
+    family_minimum_s=1.0,
+    reps=1,
     batched={name: 2 for name in FAMILY_NAMES},
-    matmul_n=256, copy_mib=16, vae_latent_side=8, vae_batches=(1, 8, 24), tower_batch=24,
-    compile_backend="aot_eager",                  # graph capture without a C++ toolchain; inductor is the GPU's
+    matmul_n=256,
+    copy_mib=16,
+    vae_latent_side=8,
+    vae_batches=(1, 8, 24),
+    tower_batch=24,
+    compile_backend="aot_eager",  # graph capture without a C++ toolchain; inductor is the GPU's
     bench_args=dict(
-        bench_jagg=["--device", "cpu", "--config", "tiny", "--size", "32", "--samples", "2", "--rounds", "1",
-                    "--warmup", "0", "--probe-reps", "1"],
-        bench_flash=["--device", "cpu", "--config", "tiny", "--size", "32", "--group-size", "2", "--prompts", "1",
-                     "--micro-batch", "2", "--sampling-steps", "6", "--rounds", "1", "--warmup", "0"],
-        bench_eam=["--parts", "cost", "--device", "cpu", "--config", "tiny", "--size", "32", "--prompts", "1",
-                   "--group", "2", "--rounds", "1", "--warmup", "0"]))
+        bench_jagg=[
+            "--device",
+            "cpu",
+            "--config",
+            "tiny",
+            "--size",
+            "32",
+            "--samples",
+            "2",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--probe-reps",
+            "1",
+        ],
+        bench_flash=[
+            "--device",
+            "cpu",
+            "--config",
+            "tiny",
+            "--size",
+            "32",
+            "--group-size",
+            "2",
+            "--prompts",
+            "1",
+            "--micro-batch",
+            "2",
+            "--sampling-steps",
+            "6",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+        ],
+        bench_eam=[
+            "--parts",
+            "cost",
+            "--device",
+            "cpu",
+            "--config",
+            "tiny",
+            "--size",
+            "32",
+            "--prompts",
+            "1",
+            "--group",
+            "2",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+        ],
+    ),
+)
 
 
 @dataclass
@@ -86,7 +212,7 @@ class Check:
     wan_frames: int | None
     reps: int
     out_dir: Path
-    ceiling_tflops: float | None = None           # the measured bf16 matmul rate, set by ``ceilings``
+    ceiling_tflops: float | None = None  # the measured bf16 matmul rate, set by ``ceilings``
 
     @property
     def compute_dtype(self) -> torch.dtype:

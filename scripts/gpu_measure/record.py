@@ -8,6 +8,7 @@ and ``elapsed_s`` (since the check started); the figures a section measures use 
 measured bf16 matmul ceiling), ``peak_gib`` (peak allocated device memory), ``value`` (the section's headline
 figure in words, for the table).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,15 @@ class Recorder:
         self.path.write_text("")
 
     def write(self, section: str, label: str, status: str = "ok", **figures) -> dict:
-        line = finite_json({"section": section, "label": label, "status": status, **figures,
-                            "elapsed_s": round(time.monotonic() - self.start, 2)})
+        line = finite_json(
+            {
+                "section": section,
+                "label": label,
+                "status": status,
+                **figures,
+                "elapsed_s": round(time.monotonic() - self.start, 2),
+            }
+        )
         with self.path.open("a") as f:
             f.write(json.dumps(line) + "\n")
             f.flush()
@@ -64,8 +72,16 @@ def _brief(line: dict) -> str:
     return ", ".join(f"{k} {_fmt(line[k], k)}" for k in keys if line.get(k) is not None)
 
 
-COLUMNS = (("section", 12), ("label", 36), ("status", 7), ("seconds", 8), ("tflops", 8), ("mfu", 6),
-           ("peak_gib", 8), ("value", 44))
+COLUMNS = (
+    ("section", 12),
+    ("label", 36),
+    ("status", 7),
+    ("seconds", 8),
+    ("tflops", 8),
+    ("mfu", 6),
+    ("peak_gib", 8),
+    ("value", 44),
+)
 
 
 def summary_table(lines: list[dict]) -> str:

@@ -11,6 +11,7 @@ weights cast to bf16 as the preference rewards run on a GPU, at 224 x 224: a for
 rollouts) and a forward + backward to the pixels with frozen weights (a differentiable reward's gradient, as EAM
 and Adjoint Matching take it).
 """
+
 from __future__ import annotations
 
 import time
@@ -21,10 +22,22 @@ from gpu_measure.profile import Check
 from gpu_measure.record import Recorder
 from gpu_measure.timing import first_line, free_memory, measure_pass, reset_peak, timed
 
-FLUX1_VAE = dict(in_channels=3, out_channels=3, down_block_types=["DownEncoderBlock2D"] * 4,
-                 up_block_types=["UpDecoderBlock2D"] * 4, block_out_channels=(128, 256, 512, 512), layers_per_block=2,
-                 latent_channels=16, norm_num_groups=32, act_fn="silu", use_quant_conv=False,
-                 use_post_quant_conv=False, scaling_factor=0.3611, shift_factor=0.1159, sample_size=1024)
+FLUX1_VAE = dict(
+    in_channels=3,
+    out_channels=3,
+    down_block_types=["DownEncoderBlock2D"] * 4,
+    up_block_types=["UpDecoderBlock2D"] * 4,
+    block_out_channels=(128, 256, 512, 512),
+    layers_per_block=2,
+    latent_channels=16,
+    norm_num_groups=32,
+    act_fn="silu",
+    use_quant_conv=False,
+    use_post_quant_conv=False,
+    scaling_factor=0.3611,
+    shift_factor=0.1159,
+    sample_size=1024,
+)
 TOWER_ARCH = "ViT-H-14"
 TOWER_PIXELS = 224
 
@@ -60,9 +73,19 @@ def section_vae(chk: Check, rec: Recorder, allowance: float) -> None:
             rec.write("vae", label, status="oom", batch=batch, **m)
             continue
         out = m.pop("out")
-        rec.write("vae", label, batch=batch, **m, out_shape=list(out.shape), out_finite=bool(torch.isfinite(out).all()),
-                  decoder_params_m=n_params / 1e6, build_s=build_s, images_per_s=batch / m["seconds"],
-                  tflops=m["executed_tflop"] / m["seconds"], value=f"{batch / m['seconds']:.3g} images/s")
+        rec.write(
+            "vae",
+            label,
+            batch=batch,
+            **m,
+            out_shape=list(out.shape),
+            out_finite=bool(torch.isfinite(out).all()),
+            decoder_params_m=n_params / 1e6,
+            build_s=build_s,
+            images_per_s=batch / m["seconds"],
+            tflops=m["executed_tflop"] / m["seconds"],
+            value=f"{batch / m['seconds']:.3g} images/s",
+        )
         del out
     del vae
 
@@ -84,7 +107,7 @@ def section_reward_tower(chk: Check, rec: Recorder, allowance: float) -> None:
     reset_peak(device)
     build_s, clip = timed(device, lambda: _build(open_clip.CLIP, cfg, device, chk.compute_dtype))
     tower = clip.visual.requires_grad_(False).eval()
-    del clip                                      # the text tower: prompts are encoded once and cached
+    del clip  # the text tower: prompts are encoded once and cached
     free_memory(device)
     n_params = sum(p.numel() for p in tower.parameters())
     size = cfg["vision_cfg"].get("image_size", TOWER_PIXELS)
@@ -112,8 +135,18 @@ def section_reward_tower(chk: Check, rec: Recorder, allowance: float) -> None:
             rec.write("reward_tower", label, status="oom", batch=batch, **m)
             continue
         out = m.pop("out")
-        rec.write("reward_tower", label, batch=batch, image_size=size, params_m=n_params / 1e6, build_s=build_s,
-                  **m, out_finite=bool(torch.isfinite(out).all()), images_per_s=batch / m["seconds"],
-                  tflops=m["executed_tflop"] / m["seconds"], value=f"{batch / m['seconds']:.3g} images/s")
+        rec.write(
+            "reward_tower",
+            label,
+            batch=batch,
+            image_size=size,
+            params_m=n_params / 1e6,
+            build_s=build_s,
+            **m,
+            out_finite=bool(torch.isfinite(out).all()),
+            images_per_s=batch / m["seconds"],
+            tflops=m["executed_tflop"] / m["seconds"],
+            value=f"{batch / m['seconds']:.3g} images/s",
+        )
         del out
     del tower, pixels

@@ -1,6 +1,7 @@
 """Timing one pass on the device: the work queued on the GPU counted (synchronised before and after), a first call
 that doubles as the warm-up and counts the FLOPs (``torch.utils.flop_counter.FlopCounterMode``), then timed
 repetitions as far as the time allowed goes, their median reported with the peak memory."""
+
 from __future__ import annotations
 
 import gc
@@ -60,8 +61,9 @@ def count_flops(fn: Callable[[], object]) -> tuple[object, int, dict[str, int]]:
     return out, int(counter.get_total_flops()), by_op
 
 
-def measure_pass(device: torch.device, fn: Callable[[], object], max_reps: int, budget_s: float,
-                 flops: bool = True) -> dict:
+def measure_pass(
+    device: torch.device, fn: Callable[[], object], max_reps: int, budget_s: float, flops: bool = True
+) -> dict:
     """Warm-up (FLOPs counted when ``flops``), then up to ``max_reps`` timed calls, as many as ``budget_s`` allows
     after the warm-up (at least one). Returns seconds (median), reps, warmup_s, executed_tflop, flop_by_op,
     peak_gib and ``out``, the last call's result."""
@@ -78,6 +80,12 @@ def measure_pass(device: torch.device, fn: Callable[[], object], max_reps: int, 
     for _ in range(reps):
         dt, out = timed(device, fn)
         times.append(dt)
-    return dict(seconds=statistics.median(times), reps=reps, warmup_s=round(warm_s, 4),
-                executed_tflop=None if n_flops is None else n_flops / 1e12, flop_by_op=by_op,
-                peak_gib=peak_gib(device), out=out)
+    return dict(
+        seconds=statistics.median(times),
+        reps=reps,
+        warmup_s=round(warm_s, 4),
+        executed_tflop=None if n_flops is None else n_flops / 1e12,
+        flop_by_op=by_op,
+        peak_gib=peak_gib(device),
+        out=out,
+    )
