@@ -53,6 +53,12 @@ _STEP = re.compile(r"^step_(\d{8})$")
 MARKER = "COMPLETE"
 
 
+def _step_of(checkpoint: Path) -> int:
+    match = _STEP.match(checkpoint.name)
+    assert match is not None  # only called on names _STEP matched
+    return int(match.group(1))
+
+
 def _rank_file(path: Path, rank: int) -> Path:
     return path / f"rank_{rank:05d}.pt"
 
@@ -102,7 +108,7 @@ class CheckpointManager:
         if not self.root.is_dir():
             return []
         found = [p for p in self.root.iterdir() if _STEP.match(p.name) and (p / MARKER).is_file()]
-        return sorted(found, key=lambda p: int(_STEP.match(p.name).group(1)))
+        return sorted(found, key=_step_of)
 
     def latest(self) -> Path | None:
         done = self.complete()

@@ -9,6 +9,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import hydra
 from omegaconf import DictConfig
@@ -93,7 +94,7 @@ def _lock_run_dir_early() -> None:
         _report(f"config error: {e}", 2)
 
 
-def _report(message: str, exit_code: int) -> None:
+def _report(message: str, exit_code: int) -> NoReturn:
     """End the run with a one-paragraph message on stderr, kept in the run's log file too."""
     from launcher.log_files import log_to_files
 

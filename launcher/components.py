@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf
 from rewardflow.errors import ConfigError
 
 
-def component_class(node: Any, key: str) -> type:
+def component_class(node: Any, key: str) -> type[Any]:
     """The class ``<key>._target_`` names; a :class:`ConfigError` when it cannot be imported."""
     target = node._target_
     try:

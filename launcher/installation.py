@@ -67,6 +67,7 @@ def _shadowed(name: str, root: Path) -> str | None:
             f"rewardflow's package `{name}` is missing (expected {expected}). "
             f"Fix: reinstall rewardflow (`pip install --force-reinstall --no-deps {DISTRIBUTION}`)."
         )
+    folder: Path | None
     if spec.origin and spec.has_location:
         found = Path(spec.origin).resolve()
         if found == expected:
@@ -111,7 +112,7 @@ def _recorded_hashes(root: Path) -> dict[str, metadata.FileHash]:
     """The hashes pip recorded for the files of the rewardflow installed at ``root`` (RECORD); empty for an editable
     install or a source checkout, whose packages pip did not copy."""
     for dist in metadata.distributions(name=DISTRIBUTION):
-        if Path(dist.locate_file("")).resolve() == root:
+        if Path(str(dist.locate_file(""))).resolve() == root:  # a SimplePath: a pathlib.Path for files on disk
             return {file.as_posix(): file.hash for file in dist.files or () if file.hash is not None}
     return {}
 
@@ -130,4 +131,4 @@ def _other_distributions(name: str) -> list[str]:
 
 
 def _location(distribution: str) -> Path:
-    return Path(metadata.distribution(distribution).locate_file("")).resolve()
+    return Path(str(metadata.distribution(distribution).locate_file(""))).resolve()

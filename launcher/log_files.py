@@ -8,7 +8,7 @@ import logging
 
 
 def log_to_files(logger: logging.Logger, level: int, message: str) -> None:
-    record = logger.makeRecord(logger.name, level, "(rewardflow)", 0, message, None, None)
+    record = logger.makeRecord(logger.name, level, "(rewardflow)", 0, message, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler) and record.levelno >= handler.level:
             handler.handle(record)

@@ -52,7 +52,7 @@ def check(cfg: Any, errors: ConfigErrors) -> None:
 
 def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
     """``optimizer`` (a Hydra partial, e.g. AdamW) over ``params``, without the schedule keys."""
-    keys = [k for k in cfg.keys() if k not in SCHEDULE_KEYS]
+    keys = [str(k) for k in cfg.keys() if k not in SCHEDULE_KEYS]
     return instantiate(OmegaConf.masked_copy(cfg, keys))(params)
 
 

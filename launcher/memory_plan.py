@@ -30,9 +30,13 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from launcher.memory_coefficients import ACTIVATION_BYTES, VAE_DECODE_BYTES
 from rewardflow.errors import ConfigError
+
+if TYPE_CHECKING:
+    from models.param_inventory import Inventory
 
 GiB = float(2**30)
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float64": 8}
@@ -310,7 +314,7 @@ class Run:
     cfg: dict
     family: str
     tconfig: dict  # the transformer's config
-    inv: object  # models.param_inventory.Inventory
+    inv: Inventory
     size: CallSize
     source: str
     world: int
@@ -628,7 +632,9 @@ def check_at_start(cfg, world) -> None:
     if not torch.cuda.is_available() or cfg.model.get("device", "auto") == "cpu":
         return
     gpu_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GiB
-    result = plan_with_fixes(OmegaConf.to_container(cfg, resolve=True), world.world_size, gpu_gb)
+    container = OmegaConf.to_container(cfg, resolve=True)
+    assert isinstance(container, dict)  # the run's config is a DictConfig
+    result = plan_with_fixes(container, world.world_size, gpu_gb)
     if result is None:
         return
     if world.is_main:
@@ -670,11 +676,13 @@ def compose_runs(overrides: list[str]) -> list[tuple[list[str], dict]]:
         if path.startswith("pkg://")
         else initialize_config_dir(config_dir=path, version_base="1.3")
     )
-    runs = []
+    runs: list[tuple[list[str], dict]] = []
     with init:
         for combo in itertools.product(*choices) if choices else [()]:
             cfg = compose(config_name="train", overrides=list(combo))
-            runs.append((list(combo), OmegaConf.to_container(cfg, resolve=True)))
+            container = OmegaConf.to_container(cfg, resolve=True)
+            assert isinstance(container, dict)  # compose returns a DictConfig
+            runs.append((list(combo), container))
     return runs
 
 

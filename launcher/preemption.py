@@ -20,6 +20,9 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +42,8 @@ class PreemptionGuard:
         self.signal_delay_s = float(signal_delay_s)
         self.signaled_at: float | None = None
         self.timed_out = False
-        self.signum = None
-        self._original = None
+        self.signum: int | None = None
+        self._original: Callable[[int, FrameType | None], Any] | None = None
         if not (os.environ.get("SUBMITIT_EXECUTOR") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")):
             return  # not a submitit task (checked without importing torch)
         from submitit.core.job_environment import JobEnvironment
@@ -63,7 +66,7 @@ class PreemptionGuard:
         if self.signaled_at is not None:
             return
         self.signaled_at = time.monotonic()
-        handler = getattr(self._original, "__self__", None)  # submitit's SignalHandler decides which case
+        handler: Any = getattr(self._original, "__self__", None)  # submitit's SignalHandler decides which case
         self.timed_out = bool(handler.has_timed_out()) if hasattr(handler, "has_timed_out") else False
         log.warning(
             "received %s (%s): will checkpoint %s",
@@ -90,6 +93,7 @@ class PreemptionGuard:
     def hand_over(self, is_main: bool) -> None:
         """After the checkpoint: rank 0 lets submitit requeue the job (this exits); others wait to be stopped."""
         if is_main:
+            assert self._original is not None and self.signum is not None  # hand_over follows should_stop: active
             self._original(self.signum, None)
             return
         deadline = time.monotonic() + 600

@@ -100,15 +100,18 @@ def load_start_point(
                     KEY,
                     loaded[0],
                 )
-            return StartPoint(*loaded, own_run=True)
+            path, meta = loaded
+            return StartPoint(path, meta, own_run=True)
     if not t.get("resume_from"):
         return None
     candidates = resume_from_candidates(str(t.resume_from))
     other = CheckpointManager(candidates[0].parent, checkpoints.world)
     try:
-        path, meta = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra, states=states)
+        found = other.load_newest_usable(model, optimizer, candidates, set_aside=False, extra=extra, states=states)
     except NoUsableCheckpoint as e:
         raise ConfigError(f"{KEY}={t.resume_from}: {e}") from None
+    assert found is not None  # candidates is not empty: it either loads one or raises NoUsableCheckpoint
+    path, meta = found
     if checkpoints.world.is_main:
         log.info("starting from %s (step %d of another run; %s)", path, meta["step"], KEY)
     return StartPoint(path, meta, own_run=False)

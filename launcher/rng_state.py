@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import torch
 
+_NUMPY_CORE: Any = getattr(np, "_core", getattr(np, "core", None))  # numpy 2 renamed numpy.core to numpy._core
 #: what a pickled numpy array needs, for RNG files written by rewardflow before this format
 _NUMPY_ARRAY_GLOBALS = [
     np.ndarray,
     np.dtype,
     type(np.dtype(np.uint32)),
-    getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct,
+    _NUMPY_CORE.multiarray._reconstruct,
 ]
 
 

@@ -69,6 +69,7 @@ def _alive(pid: int, start: str | None) -> bool:
 def _slurm_job() -> tuple[str | None, int]:
     """(job id, attempt): an array task is ``<array job>_<task>``; the attempt counts requeues."""
     env = os.environ
+    job: str | None
     if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
         job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
     else:
@@ -93,7 +94,7 @@ class RunLock:
         self.path = Path(run_dir).absolute() / LOCK_NAME
         self._mutex = self.path.with_name(LOCK_NAME + ".takeover")
         job, attempt = _slurm_job()
-        self.me = {
+        self.me: dict[str, Any] = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "pid_start": _process_start(os.getpid()),

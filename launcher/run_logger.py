@@ -95,7 +95,9 @@ class RunLogger:
         self._write(metrics)
 
     def _write(self, metrics: dict[str, float]) -> None:
-        row = {k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()}
+        row: dict[str, float | int | str | None] = {
+            k: (float(v) if not isinstance(v, (int, str)) else v) for k, v in metrics.items()
+        }
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.history.append(row)
         with self.metrics_path.open("a") as fh:

@@ -22,7 +22,7 @@ def unknown_keys(node: DictConfig, prefix: str = "") -> list[tuple[str, list[str
     schema = OmegaConf.get_type(node)
     fields = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
     for key in node.keys():
-        full = f"{prefix}{key}"
+        full = prefix + str(key)
         if fields is not None and key not in fields:
             out.append((full, fields))
             continue

@@ -76,9 +76,11 @@ def progress(run_dir: Path) -> tuple[int, int | None]:
     total = None
     config = run_dir / ".hydra" / "config.yaml"
     if config.exists():
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
-        total = OmegaConf.load(config).get("trainer", {}).get("steps")
+        loaded = OmegaConf.load(config)
+        if isinstance(loaded, DictConfig):  # a run's config is a mapping
+            total = loaded.get("trainer", {}).get("steps")
     return done, total
 
 

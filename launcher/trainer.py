@@ -413,7 +413,11 @@ class Trainer:
                 )
             return
         ema = self.cfg.trainer.export_ema
-        with self.ema.applied() if ema else contextlib.nullcontext():
+        weights: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if ema:
+            assert self.ema is not None  # validated: export_ema needs ema_decay > 0 (launcher/ema.py)
+            weights = self.ema.applied()
+        with weights:
             out = self.backbone.save_pretrained(self.info.run_dir / "export")
         if self.world.is_main:
             log.info(

@@ -42,11 +42,11 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
     check_keys(cfg, errors)
     errors.raise_if_any()
-    run = OmegaConf.to_object(cfg)
+    run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
     if on_this_host:
         check_devices(run, errors)
-    classes = {}
+    classes: dict[str, type[Any]] = {}
     for group in COMPONENT_GROUPS:
         node = getattr(run, group)
         if getattr(node, "_target_", None) is not None:
@@ -93,7 +93,7 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
         check_mesh_config(cfg.cluster)
 
 
-def check_across_groups(cfg: Any, classes: dict[str, type], errors: ConfigErrors) -> None:
+def check_across_groups(cfg: Any, classes: dict[str, type[Any]], errors: ConfigErrors) -> None:
     method, reward = classes["method"], classes["reward"]
     errors.require(
         not method.requires_differentiable_reward or reward.is_differentiable(cfg.reward),

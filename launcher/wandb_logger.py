@@ -38,7 +38,7 @@ def _wandb_settings():
 
 def _settings_file_mode(settings) -> str | None:
     """The mode ``wandb online`` / ``wandb offline`` wrote into a settings file (the workspace one wins)."""
-    mode = None
+    mode: str | None = None
     for path in (settings.settings_system, settings.settings_workspace):
         parser = configparser.ConfigParser()
         try:
@@ -46,6 +46,8 @@ def _settings_file_mode(settings) -> str | None:
         except (configparser.Error, TypeError):
             continue
         mode = parser.get("default", "mode", fallback=None) or mode
+    if mode is None:
+        return None
     return {"dryrun": "offline", "run": "online"}.get(mode, mode)
 
 
@@ -113,7 +115,7 @@ class WandbLogger:
         project = cfg.project
         if self.mode != "disabled":
             project = project or _wandb_settings().project or DEFAULT_PROJECT
-        kwargs = dict(
+        kwargs: dict[str, Any] = dict(
             project=project,
             entity=cfg.entity,
             dir=str(run_dir),
@@ -126,7 +128,8 @@ class WandbLogger:
             reinit="finish_previous",
         )
         try:
-            self.run = wandb.init(mode=self.mode, **kwargs)
+            # wandb.init takes every mode its settings take ("dryrun" from WANDB_MODE too); its annotation is narrower
+            self.run = wandb.init(mode=self.mode, **kwargs)  # type: ignore[arg-type]
         except Exception as e:  # noqa: BLE001 - only a mode chosen for the user falls back
             if cfg.mode != WandbMode.auto or self.mode != "online":
                 raise

@@ -86,7 +86,7 @@ class AdjointMatching(SOCMethod):
         return last, min(int(cfg.loss_random_steps), k - last)
 
     @classmethod
-    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         """K rollout forwards, the denoising forward (``denoise_last_step``), K VJPs of the frozen base (forward +
         backward) and a forward + backward per loss step."""
         k, loss = int(cfg.sampling_steps), sum(cls.loss_step_counts(cfg))
@@ -139,6 +139,7 @@ class AdjointMatching(SOCMethod):
     # -- 3. lean adjoint ----------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
         traj, steps = rollout.latents, rollout.train_steps
+        assert steps is not None  # sample() sets the trained steps
         b, t_count = steps.shape
         shape = traj.shape[2:]
         adj = torch.empty((b, t_count, *shape), dtype=traj.dtype, device=steps.device)
@@ -177,11 +178,13 @@ class AdjointMatching(SOCMethod):
         """The regression of every sample's loss rows, whole samples per call of ``method.update_batch`` rows."""
         samples = samples.to(rollout.latents.device)
         totals: dict[str, torch.Tensor] = {}
+        assert rollout.train_steps is not None  # sample() sets the trained steps
         for part in self.loss_calls(samples, rollout.train_steps.shape[1]):
             add_sums(totals, self._loss_backward(rollout, part, update_size))
         return totals
 
     def _loss_backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        assert rollout.train_steps is not None  # sample() sets the trained steps
         steps = rollout.train_steps[samples]
         m, t_count = steps.shape
         x = rollout.latents[samples[:, None], steps].flatten(0, 1)

@@ -65,6 +65,7 @@ def step_advantages(
     """Advantages over the whole step, stored on ``rollout``: rewards and ``keys`` (one per sample) are gathered from
     every rank (``prompt`` mode groups equal prompts over the gathered batch; ``global_std`` needs all rewards), then
     each rank keeps its own rows. Returns the step's advantage metrics."""
+    assert rollout.rewards is not None  # score() fills them before prepare_update
     rewards = all_gather_cat(rollout.rewards)
     all_keys = [k for part in all_gather_objects(list(keys)) for k in part]
     adv = compute_advantages(rewards, all_keys, mode, global_std, clip)

@@ -67,7 +67,11 @@ class Rollout:
 
 
 class Method(abc.ABC):
-    """Base class of all methods. The trainer builds one from its typed config: ``MethodCls(cfg, backbone)``."""
+    """Base class of all methods. The trainer builds one from its typed config: ``MethodCls(cfg, backbone)``.
+
+    The classmethods that read a method's config (``needs_reference``, ``passes_per_sample``, ``trained_per_sample``)
+    are only ever called on a class with its own config (the ``_target_`` of that config), so subclasses narrow
+    ``cfg`` to their config class; mypy flags that as ``[override]``, which those definitions ignore."""
 
     #: the method needs ``d reward / d image`` (adjoint methods); checked against the reward before building
     requires_differentiable_reward: bool = False

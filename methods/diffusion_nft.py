@@ -38,6 +38,7 @@ from methods.old_policy import LaggingPolicy, old_policy_decay
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
+from models.common import DiffusersBackbone
 from rewardflow.errors import ConfigErrors
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,7 @@ class DiffusionNFT(Method):
 
     def __init__(self, cfg: DiffusionNFTConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
-        if getattr(backbone, "guidance_scale", 1.0) > 1.0:
+        if isinstance(backbone, DiffusersBackbone) and backbone.guidance_scale > 1.0:  # true CFG: only theirs
             # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
             # no CFG path), so a sweep can share one model config with methods that sample with CFG
             log.warning(
@@ -101,11 +102,11 @@ class DiffusionNFT(Method):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
+    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         return cfg.kl_beta > 0
 
     @classmethod
-    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         """The N-step rollout, then per trained time the v_old and the trained forward (and the reference one with
         KL) and one backward."""
         n = int(cfg.sampling_steps)
@@ -173,6 +174,7 @@ class DiffusionNFT(Method):
         return self._noise(rollout, [rollout.extras["noise_seeds"][i] for i in samples.tolist()])
 
     def _noise(self, rollout: Rollout, seeds: list[int]) -> torch.Tensor:
+        assert rollout.train_steps is not None  # sample() sets the trained steps
         shape = (rollout.train_steps.shape[1], *rollout.latents.shape[1:])
         noise = [
             torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32) for s in seeds
@@ -186,6 +188,7 @@ class DiffusionNFT(Method):
         bb, cfg = self.backbone, self.cfg
         seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]  # the plan's host-side indices
         samples = samples.to(rollout.latents.device)
+        assert rollout.train_steps is not None and rollout.advantages is not None  # set by sample(), prepare_update()
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
         row_samples, row_steps = trained_rows(samples, steps)

@@ -45,7 +45,7 @@ from methods.ode_sampler import am_time_grid, euler_ode
 from methods.soc_base import SOCMethod
 from methods.terminal_score import terminal_score
 from methods.update_rows import add_sums
-from models.backbone import Backbone
+from models.backbone import Backbone, PromptEmbeds
 from rewardflow.errors import ConfigErrors
 
 
@@ -88,7 +88,7 @@ class EAM(SOCMethod):
             )
 
     @classmethod
-    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         """The endpoint's ``endpoint_nfe`` forwards, one frozen forward for the terminal score (``anchor``: one per
         loss time instead) and a forward + backward per loss time."""
         kt = int(cfg.loss_timesteps)
@@ -124,7 +124,11 @@ class EAM(SOCMethod):
         for idx in sample_chunks(b, self.backbone.rows_per_sample, self.cfg.rollout_chunk):
             idx = idx.to(x0.device)
             sub = embeds.select(idx)
-            x1[idx] = euler_ode(lambda x, t, sub=sub: self.velocity(x, t, sub), x0[idx], self.endpoint_ts)
+
+            def velocity(x: torch.Tensor, t: torch.Tensor, sub: PromptEmbeds = sub) -> torch.Tensor:
+                return self.velocity(x, t, sub)
+
+            x1[idx] = euler_ode(velocity, x0[idx], self.endpoint_ts)
         times = self.loss_times(b, generator).to(x0.device)
         noise = torch.randn((b, times.shape[1], *x0.shape[1:]), generator=generator, dtype=torch.float64)
         return Rollout(

@@ -15,6 +15,8 @@ for evaluation with :meth:`models.backbone.Backbone.guidance_override`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from methods.ode_sampler import euler_ode
@@ -28,7 +30,7 @@ def family_sigmas(backbone: Backbone, num_steps: int) -> torch.Tensor:
     theirs from the image size). A backbone without a scheduler (the Gaussian toy) gets diffusers' unshifted
     flow-matching grid."""
     scheduler = getattr(backbone, "scheduler", None)
-    config = dict(scheduler.config) if scheduler is not None else {}
+    config: dict[str, Any] = dict(scheduler.config) if scheduler is not None else {}
     shift = float(config.get("flow_shift", config.get("shift", 1.0)))
     return backbone.sigmas(num_steps, shift)
 

@@ -18,7 +18,7 @@ class FlowGRPOFast(FlowGRPO):
     cfg: FlowGRPOFastConfig
 
     @classmethod
-    def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:
+    def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         return int(cfg.window_size) or int(cfg.sampling_steps) - 1  # the window; size 0: (0, N-1)
 
     @classmethod

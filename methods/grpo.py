@@ -65,7 +65,7 @@ class GRPO(Method):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: GRPOConfig) -> bool:
+    def needs_reference(cls, cfg: GRPOConfig) -> bool:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         return cfg.kl_beta > 0
 
     @classmethod
@@ -74,7 +74,7 @@ class GRPO(Method):
         raise NotImplementedError
 
     @classmethod
-    def passes_per_sample(cls, cfg: GRPOConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: GRPOConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         """The N-step rollout, then per trained transition a forward (and a reference forward with KL) and a
         backward."""
         trained = cls.trained_per_sample(cfg)
@@ -198,6 +198,7 @@ class GRPO(Method):
         x = rollout.latents[samples, index]
         x_next = rollout.latents[samples, index + 1]
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
+        assert rollout.log_probs is not None  # sample() records them
         loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
         if ref_velocity is not None:
             kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
@@ -211,6 +212,7 @@ class GRPO(Method):
         """Per-sample policy loss (m,) of ``samples`` from their new and rollout log-probs, and its detached
         statistics (``ratio``, ``clipped``, ``approx_kl``; see :func:`accumulate_stats`). Default: the PPO-clipped
         surrogate with ``clip_range``."""
+        assert rollout.advantages is not None  # prepare_update() sets them
         return ppo_clip_loss(log_prob, old_log_prob, rollout.advantages[samples], self.cfg.clip_range)
 
     def kl_term(self, mean: torch.Tensor, ref_mean: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -240,6 +242,7 @@ class GRPO(Method):
         """Exact backward of every trained (sample, step) row, ``method.update_batch`` rows per transformer call,
         each loss divided by ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
         samples = samples.to(rollout.latents.device)
+        assert rollout.train_steps is not None  # sample() sets the trained steps
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
         totals: dict[str, torch.Tensor] = {}

@@ -102,11 +102,11 @@ class JAGG(GRPO):
         return super().trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
-    def trained_per_sample(cls, cfg: JAGGConfig) -> int:
+    def trained_per_sample(cls, cfg: JAGGConfig) -> int:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         return cls.num_trainable(cfg)
 
     @classmethod
-    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
         """The baseline's forwards; backward rows: 2 per JAGG group, W per exact one (a step of ``diagnose_every``
         runs both routes). With ``group_fraction < 1`` the groups, and so the count, are drawn per step."""
         variant = VARIANTS[cfg.base]
@@ -200,6 +200,7 @@ class JAGG(GRPO):
         divided by ``update_size x T`` as in the baseline, so with ``jagg_frac=0`` this is the baseline's backward,
         operation for operation."""
         samples = samples.to(rollout.latents.device)
+        assert rollout.train_steps is not None  # sample() sets the trained steps
         steps = rollout.train_steps[samples]
         norm, weight = update_size * steps.shape[1], 1.0 / steps.shape[1]
         diagnose, self._diagnose_pending = self._diagnose_pending, False
@@ -353,7 +354,7 @@ class JAGG(GRPO):
         return out
 
 
-class JAGGDanceGRPO(JAGG, DanceGRPO):
+class JAGGDanceGRPO(JAGG, DanceGRPO):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
     """JAGG over DanceGRPO. DanceGRPO trains a random subset of steps per sample, which does not form groups of
     consecutive steps (docs/methods/jagg.md#which-steps-are-trained-per-baseline), so JAGG trains all N - 1
     trainable steps (the paper: 21 sampling steps, 20 trained, 5 groups of 4); ``method.group_fraction < 1``
@@ -374,7 +375,7 @@ class JAGGDanceGRPO(JAGG, DanceGRPO):
         return torch.arange(n - 1).expand(b, -1).clone()
 
 
-class JAGGFlowGRPO(JAGG, FlowGRPO):
+class JAGGFlowGRPO(JAGG, FlowGRPO):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
     """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
 
     @classmethod
@@ -385,7 +386,7 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):
         )
 
 
-class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):
+class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
     """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
 
     @classmethod

@@ -26,7 +26,8 @@ class JAGGBase(StrEnum):
 class Alpha(StrEnum):
     sigma = "sigma"  # t-weights on the exact sigma schedule
     model_time = "model_time"  # on the time the model is fed (DanceGRPO's floor(1000 sigma) / 1000)
-    index = "index"  # j / (W - 1), the prototype's (not exact on a shifted schedule)
+    # a member named like str.index: the config value is "index" (the enum's member shadows the str method)
+    index = "index"  # type: ignore[assignment]  # j / (W - 1), the prototype's (not exact on a shifted schedule)
 
 
 class Ablation(StrEnum):

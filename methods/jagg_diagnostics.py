@@ -39,7 +39,7 @@ class GradientProbe:
     def put(self, *parts: list[torch.Tensor | None]) -> None:
         """Set ``.grad`` to the sum of the given gradient lists (None entries count as zero)."""
         for i, p in enumerate(self.params):
-            present = [part[i] for part in parts if part[i] is not None]
+            present = [g for part in parts if (g := part[i]) is not None]
             p.grad = None if not present else present[0] if len(present) == 1 else sum(present[1:], present[0])
 
 

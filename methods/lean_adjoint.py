@@ -65,5 +65,6 @@ class LeanAdjointSolver:
             if out is not None:
                 out[:, k] = a
             else:
+                assert keep is not None  # out is None only when keep is given
                 keep(k, a)
         return out if out is not None else a

@@ -18,6 +18,7 @@ class ReinforceGRPO(FlowGRPO):
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         log_ratio = log_prob - old_log_prob.to(log_prob.dtype)
         ratio = torch.exp(log_ratio)
+        assert rollout.advantages is not None  # prepare_update() sets them
         loss = -rollout.advantages[samples].to(log_prob.dtype) * ratio
         stats = {
             "ratio": ratio.detach(),

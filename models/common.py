@@ -15,7 +15,7 @@ import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -28,6 +28,9 @@ from models.sigma_grids import static_shift_sigmas
 from rewardflow.distributed import current_world
 from rewardflow.dtypes import Dtype, torch_dtype
 from rewardflow.errors import ConfigError, ConfigErrors, require
+
+if TYPE_CHECKING:
+    from models.text_cache import PrecomputedText
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +223,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
     guidance_attr = "guidance_scale"
 
     transformer: nn.Module
-    pipe: object
+    pipe: Any  # a diffusers pipeline (diffusers is untyped to mypy)
+    scheduler: Any  # the family's diffusers scheduler, set by each family's constructor
+    negative_prompt: str  # set by the families with true CFG (read only when do_cfg)
+    _latent_shape: tuple[int, ...]  # set by each family's constructor
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
@@ -280,7 +286,7 @@ class DiffusersBackbone(FrozenReference, Backbone):
         self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
-        self._precomputed = None  # models.text_cache.PrecomputedText, once loaded
+        self._precomputed: PrecomputedText | None = None  # once loaded
         self._sharded_startup = sharded_startup_enabled()  # built on meta; parallelize() loads the shards
         self._materialized = not self._sharded_startup
 
@@ -384,6 +390,10 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
     def model_timestep(self, sigma: torch.Tensor) -> torch.Tensor:
         """What the transformer receives as its timestep for noise level ``sigma`` (the family's convention)."""
+        raise NotImplementedError
+
+    def _encode(self, prompts: list[str]) -> list[dict[str, torch.Tensor]]:
+        """The text encoders' tensors of each prompt (the family's own encoding; every family defines it)."""
         raise NotImplementedError
 
     def sigmas(self, num_steps: int, shift: float) -> torch.Tensor:
@@ -530,7 +540,11 @@ class DiffusersBackbone(FrozenReference, Backbone):
         x, t, inputs = latents, timestep, cond
         if self.do_cfg:
             b = latents.shape[0]
-            inputs = {k: torch.cat([uncond[k].expand(b, *uncond[k].shape[1:]), v]) for k, v in cond.items()}
+            inputs = {}
+            for k, v in cond.items():
+                u = uncond[k]
+                assert u is not None  # do_cfg: encode_prompts added the negative prompt's tensors
+                inputs[k] = torch.cat([u.expand(b, *u.shape[1:]), v])
             x, t = torch.cat([x, x]), torch.cat([t, t])
         with self._autocast():
             out = self._active(hidden_states=x, timestep=t, **inputs, **shared, return_dict=False)[0].float()

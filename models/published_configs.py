@@ -5,12 +5,14 @@ the benches build the models from them (``models/real_transformers.py``).
 
 from __future__ import annotations
 
+from typing import Any
+
 # FLUX.1-dev. black-forest-labs/flux, src/flux/util.py, configs["flux-dev"]: depth 19, depth_single_blocks 38,
 # hidden_size 3072 = num_heads 24 x 128, context_in_dim 4096 (T5-XXL), vec_in_dim 768 (CLIP-L pooled),
 # axes_dim [16, 56, 56], guidance_embed True, in_channels 64 (16 latent channels packed 2x2). Mapped to diffusers'
 # names as in diffusers scripts/convert_flux_to_diffusers.py (num_layers 19, num_single_layers 38, inner_dim 3072).
 # 11.9 B parameters.
-FLUX_DEV = dict(
+FLUX_DEV: dict[str, Any] = dict(
     patch_size=1,
     in_channels=64,
     num_layers=19,
@@ -28,7 +30,7 @@ FLUX_DEV = dict(
 # pos_embed_max_size 384, dual_attention_layers 0-12 (MMDiT-X), qk_norm rms_norm. diffusers
 # scripts/convert_sd3_to_diffusers.py derives the same: "(0, ..., 12) for sd3.5", rms qk-norm, 384 for the 2B model.
 # 2.2 B parameters.
-SD35_MEDIUM = dict(
+SD35_MEDIUM: dict[str, Any] = dict(
     sample_size=128,
     patch_size=2,
     in_channels=16,
@@ -47,7 +49,7 @@ SD35_MEDIUM = dict(
 # QwenImageTransformer2DModel (huggingface.co/docs/diffusers/api/models/qwenimage_transformer2d): 60 dual-stream
 # blocks of 24 heads x 128, joint_attention_dim 3584 (Qwen2.5-VL-7B's hidden size), in 64 / out 16 channels,
 # axes_dims_rope (16, 56, 56), no guidance embedding. 20.4 B parameters.
-QWEN_IMAGE = dict(
+QWEN_IMAGE: dict[str, Any] = dict(
     patch_size=2,
     in_channels=64,
     out_channels=16,
@@ -61,7 +63,7 @@ QWEN_IMAGE = dict(
 # Wan2.1 T2V 1.3B (Wan-AI/Wan2.1-T2V-1.3B-Diffusers, this project's default model.path). diffusers
 # scripts/convert_wan_to_diffusers.py, model_type "Wan-T2V-1.3B": 30 layers of 12 heads x 128, ffn_dim 8960,
 # text_dim 4096 (UMT5-XXL), freq_dim 256, cross_attn_norm, qk_norm rms_norm_across_heads, eps 1e-6. 1.4 B parameters.
-WAN21_T2V_1_3B = dict(
+WAN21_T2V_1_3B: dict[str, Any] = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=12,
     attention_head_dim=128,
@@ -78,13 +80,13 @@ WAN21_T2V_1_3B = dict(
 )
 # Wan2.1 T2V 14B (Wan-AI/Wan2.1-T2V-14B-Diffusers). diffusers scripts/convert_wan_to_diffusers.py, model_type
 # "Wan-T2V-14B": 40 layers of 40 heads x 128, ffn_dim 13824, the rest as 1.3B. 14.3 B parameters.
-WAN21_T2V_14B = dict(WAN21_T2V_1_3B, num_attention_heads=40, ffn_dim=13824, num_layers=40)
+WAN21_T2V_14B: dict[str, Any] = dict(WAN21_T2V_1_3B, num_attention_heads=40, ffn_dim=13824, num_layers=40)
 
 # VAEs. FLUX.1-dev and SD3.5 share the 16-channel AutoencoderKL architecture (their vae/config.json: block_out_channels
 # 128, 256, 512, 512, two layers per block, 32 norm groups, no quant convs; 83.8 M parameters). Qwen-Image's
 # AutoencoderKLQwenImage and Wan2.1's AutoencoderKLWan are diffusers' defaults for those classes (base_dim 96,
 # dim_mult 1, 2, 4, 4, z_dim 16; 126.9 M parameters).
-FLUX_VAE = dict(
+FLUX_VAE: dict[str, Any] = dict(
     in_channels=3,
     out_channels=3,
     latent_channels=16,

@@ -6,6 +6,7 @@ loading path. The twin is deterministic in its seed and cached under ``cache_dir
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -16,7 +17,7 @@ from models.twins import TinyTwin, materialize, recipe_key
 
 # Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
 # single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).
-TRANSFORMER = dict(
+TRANSFORMER: dict[str, Any] = dict(
     patch_size=1,
     in_channels=16,
     num_layers=2,
@@ -28,7 +29,7 @@ TRANSFORMER = dict(
     axes_dims_rope=[4, 4, 8],
     guidance_embeds=True,
 )
-VAE = dict(
+VAE: dict[str, Any] = dict(
     in_channels=3,
     out_channels=3,
     down_block_types=["DownEncoderBlock2D"] * 2,
@@ -43,7 +44,7 @@ VAE = dict(
     scaling_factor=1.5035,
     sample_size=32,
 )
-CLIP = dict(
+CLIP: dict[str, Any] = dict(
     bos_token_id=0,
     eos_token_id=1,
     pad_token_id=1,
@@ -56,7 +57,7 @@ CLIP = dict(
     projection_dim=32,
     max_position_embeddings=77,
 )
-T5 = dict(
+T5: dict[str, Any] = dict(
     d_model=32,
     d_kv=8,
     d_ff=37,
@@ -77,7 +78,7 @@ WORDS = (
 # FLUX.1-dev's block width (24 heads x 128, joint attention and MLP as the real model) at the depth of the "small"
 # bench config (2 double + 4 single blocks, 1.30 B parameters), on the twin's text encoders and VAE: the method
 # benches' GPU size, at which the transformer's passes dominate a step (scripts/gpu_check.py).
-WIDE_TRANSFORMER = dict(
+WIDE_TRANSFORMER: dict[str, Any] = dict(
     patch_size=1,
     in_channels=16,
     num_layers=2,

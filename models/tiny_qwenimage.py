@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -26,7 +27,7 @@ TEMPLATE = (
 )  # QwenImagePipeline.prompt_template_encode
 # in_channels = 4 z (2x2 packing), out_channels = z; sum(axes_dims_rope) == attention_head_dim; joint_attention_dim
 # == the text encoder's hidden size. VAE: 2 spatial downsamples (factor 4): a 32x32 image -> 8x8x16 -> 16 tokens.
-TRANSFORMER = dict(
+TRANSFORMER: dict[str, Any] = dict(
     patch_size=2,
     in_channels=64,
     out_channels=16,
@@ -37,7 +38,7 @@ TRANSFORMER = dict(
     guidance_embeds=False,
     axes_dims_rope=(8, 4, 4),
 )
-VAE = dict(
+VAE: dict[str, Any] = dict(
     base_dim=8,
     z_dim=16,
     dim_mult=[1, 1, 1],
@@ -46,7 +47,7 @@ VAE = dict(
     latents_mean=[0.0] * 16,
     latents_std=[1.0] * 16,
 )
-TEXT = dict(
+TEXT: dict[str, Any] = dict(
     hidden_size=16,
     intermediate_size=16,
     num_hidden_layers=2,
@@ -55,9 +56,9 @@ TEXT = dict(
     rope_theta=1e6,
     rope_scaling={"mrope_section": [1, 1, 2], "rope_type": "default", "type": "default"},
 )
-VISION = dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=16)
+VISION: dict[str, Any] = dict(depth=2, hidden_size=16, intermediate_size=16, num_heads=2, out_hidden_size=16)
 # Qwen/Qwen-Image scheduler: resolution-dependent exponential shift, stretched to a terminal sigma of 0.02
-SCHEDULER = dict(
+SCHEDULER: dict[str, Any] = dict(
     base_image_seq_len=256,
     base_shift=0.5,
     max_image_seq_len=8192,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -22,7 +23,7 @@ from models.twins import TinyTwin, materialize, recipe_key
 
 # patch 2 (as SD3.5): a 32x32 image -> 16x16x16 latent -> 64 tokens. joint_attention_dim must be >= 2 x CLIP width
 # (the pipeline pads the concatenated CLIP states to the T5 width; narrower silently crops, docs/models.md#family-notes)
-TRANSFORMER = dict(
+TRANSFORMER: dict[str, Any] = dict(
     sample_size=16,
     patch_size=2,
     in_channels=16,
@@ -37,7 +38,7 @@ TRANSFORMER = dict(
     dual_attention_layers=(0,),
     qk_norm="rms_norm",
 )
-VAE = dict(
+VAE: dict[str, Any] = dict(
     in_channels=3,
     out_channels=3,
     down_block_types=["DownEncoderBlock2D"] * 2,
@@ -52,7 +53,7 @@ VAE = dict(
     scaling_factor=1.5305,
     sample_size=32,
 )
-T5 = dict(
+T5: dict[str, Any] = dict(
     d_model=64,
     d_kv=8,
     d_ff=37,
@@ -66,7 +67,7 @@ T5 = dict(
     feed_forward_proj="gated-gelu",
     is_encoder_decoder=True,
 )
-SCHEDULER = dict(num_train_timesteps=1000, shift=3.0)  # stabilityai/stable-diffusion-3.5-medium
+SCHEDULER: dict[str, Any] = dict(num_train_timesteps=1000, shift=3.0)  # stabilityai/stable-diffusion-3.5-medium
 CLIP_TOKENS = 16  # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
 VAE_PRETRAIN_STEPS = 0  # see the module docstring
 VERSION = 2

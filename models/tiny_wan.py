@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -17,7 +18,7 @@ from models.tiny_tokenizers import make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 from models.wan import WanBackbone
 
-TRANSFORMER = dict(
+TRANSFORMER: dict[str, Any] = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=2,
     attention_head_dim=12,
@@ -32,7 +33,7 @@ TRANSFORMER = dict(
     rope_max_seq_len=32,
 )
 # 5 frames of 32x32 -> latent (16, 2, 8, 8) -> 32 tokens after the 1x2x2 patchify
-VAE = dict(
+VAE: dict[str, Any] = dict(
     base_dim=8,
     z_dim=16,
     dim_mult=[1, 1, 1],
@@ -43,7 +44,7 @@ VAE = dict(
     latents_mean=[0.0] * 16,
     latents_std=[1.0] * 16,
 )
-UMT5 = dict(
+UMT5: dict[str, Any] = dict(
     d_model=32,
     d_kv=8,
     d_ff=37,
@@ -57,7 +58,7 @@ UMT5 = dict(
     feed_forward_proj="gated-gelu",
 )
 # Wan-AI/Wan2.1-T2V-1.3B-Diffusers scheduler (flow_shift 3.0 for 480p)
-SCHEDULER = dict(
+SCHEDULER: dict[str, Any] = dict(
     prediction_type="flow_prediction",
     use_flow_sigmas=True,
     flow_shift=3.0,

@@ -10,9 +10,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from filelock import FileLock
+
+ModelT = TypeVar("ModelT")
 
 
 def default_cache_dir() -> Path:
@@ -23,7 +25,7 @@ def recipe_key(*parts) -> str:
     return hashlib.sha1(json.dumps(list(parts), default=str, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: str | Path | None = None) -> Path:
+def materialize(prefix: str, key: str, build: Callable[[], Any], cache_dir: str | Path | None = None) -> Path:
     """Write ``build()`` (a diffusers pipeline) to ``<cache>/<prefix>-<key>`` once with ``save_pretrained`` and
     return the folder (see :func:`materialize_folder`)."""
 
@@ -36,7 +38,7 @@ def materialize(prefix: str, key: str, build: Callable[[], object], cache_dir: s
     return materialize_folder(prefix, key, write, cache_dir)
 
 
-def save_on_any_rank(model) -> object:
+def save_on_any_rank(model: ModelT) -> ModelT:
     """Let a transformers model built whole on this rank save its weights here. transformers writes weights only on
     torch.distributed rank 0 (it assumes every rank holds the same or a sharded model that rank 0 writes), but a
     twin is built by whichever rank fills its cache: with a node-local ``cluster.cache_dir``, the first rank of every

@@ -97,8 +97,10 @@ class HFCLIPReward(CLIPStyleReward):
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         if self.shortest_edge:
+            assert self.crop is not None  # _read_image_settings refuses a shortest-edge resize without a crop
             images = resize_shortest_and_center_crop(images, int(self.shortest_edge), self.crop)
         else:
+            assert self.resize_to is not None  # set whenever there is no shortest edge
             images = resize(images, self.resize_to)
         return normalize(images, self.mean, self.std)
 

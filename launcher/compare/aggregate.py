@@ -275,9 +275,10 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
         reach = [first_reach(t.x[s.axis], t.reward, target) for t in r.traces]
         r.reached = sum(v is not None for v in reach)
         r.reached_at_first = sum(bool(v is not None and v <= t.x[s.axis][0]) for v, t in zip(reach, r.traces))
-        r.reach = _compute(est([v + off for v in reach])) if r.reached == len(reach) else None
+        r.reach = _compute(est([v + off for v in reach if v is not None])) if r.reached == len(reach) else None
         r.best = float(r.curves[s.axis].mean.max())
     for r in results:
+        assert r.at_budget is not None and base.at_budget is not None  # set for every group in the loop above
         r.verdicts = {
             "final": stats.verdict(r.final, base.final),
             "at_budget": stats.verdict(r.at_budget, base.at_budget),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.compare.errors import CompareError
@@ -87,7 +88,7 @@ def _matches(actual, wanted) -> bool:
     return actual == wanted or show(actual) == show(wanted)
 
 
-def group_runs(runs: list[RunData], by: list[str], allow_mixed: list[str] = ()) -> list[Group]:
+def group_runs(runs: list[RunData], by: list[str], allow_mixed: Sequence[str] = ()) -> list[Group]:
     """Split runs into groups by the ``by`` keys, after checking that they form one comparison."""
     if not runs:
         raise CompareError("no runs to compare")
@@ -158,12 +159,12 @@ def check_ruler(runs: list[RunData], allow_mixed=()) -> None:
     if not differing:
         return
     what = "; ".join(f"{k} = {_counts(seen)}" for k, seen in differing[:6])
-    keys = ",".join(k for k, _ in differing[:6])
+    shown_keys = ",".join(k for k, _ in differing[:6])
     raise CompareError(
         f"these runs evaluate differently: {what}. A held-out metric compares methods only when "
         f"every run measures it the same way. Fix: keep one with --where {differing[0][0]}="
         f"{differing[0][1].most_common(1)[0][0]}; or compare on the training reward with --metric "
-        f"reward/mean; or ignore the difference with --allow-mixed {keys}"
+        f"reward/mean; or ignore the difference with --allow-mixed {shown_keys}"
     )
 
 
@@ -183,12 +184,12 @@ def _check_seeds_only(group: Group, by: list[str], allow_mixed) -> None:
         return
     shown = "; ".join(f"{k} = {_counts(seen)}" for k, seen in differing[:6])
     more = f" (and {len(differing) - 6} more keys)" if len(differing) > 6 else ""
-    keys = ",".join(k for k, _ in differing[:6])
+    shown_keys = ",".join(k for k, _ in differing[:6])
     key, seen = differing[0]
     raise CompareError(
         f"group '{group.label}' mixes runs whose configs differ beyond the seed: {shown}{more}. Their curves would "
-        f"be averaged as if they were seeds of one setting. Fix: split by them with --by {','.join(by)},{keys}; "
-        f"or keep one with --where {key}={seen.most_common(1)[0][0]}; or average anyway with --allow-mixed {keys}"
+        f"be averaged as if they were seeds of one setting. Fix: split by them with --by {','.join(by)},{shown_keys}; "
+        f"or keep one with --where {key}={seen.most_common(1)[0][0]}; or average anyway with --allow-mixed {shown_keys}"
     )
 
 

@@ -126,9 +126,11 @@ def _hydra_config(run_dir: Path) -> dict:
 
     cfg = OmegaConf.load(path)
     try:
-        return OmegaConf.to_container(cfg, resolve=True)
+        container = OmegaConf.to_container(cfg, resolve=True)
     except Exception:  # interpolations that need Hydra's runtime (${now:...}, ${hydra:...}) stay as text
-        return OmegaConf.to_container(cfg, resolve=False)
+        container = OmegaConf.to_container(cfg, resolve=False)
+    assert isinstance(container, dict)  # a Hydra run's config is a mapping
+    return container
 
 
 def _yaml(path: Path):

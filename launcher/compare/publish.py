@@ -17,6 +17,8 @@ import html
 import logging
 import math
 from pathlib import Path
+from types import ModuleType
+from typing import Literal
 
 from launcher.compare.aggregate import Comparison
 from launcher.compare.metric import eval_keys
@@ -36,9 +38,10 @@ def publish(
     tables_md: str,
     out_dir: Path,
     figures: dict[str, str],
-    mode: str = "online",
+    mode: Literal["online", "offline", "disabled"] = "online",
 ) -> str:
     """Save a report (or log a summary run); returns its URL (or the offline run folder)."""
+    wr: ModuleType | None
     try:
         import wandb_workspaces.reports.v2 as wr
     except ImportError:
@@ -121,7 +124,12 @@ def _finite(v):
 
 
 def log_summary_run(
-    c: Comparison, project: str, tables_md: str, out_dir: Path, figures: dict[str, str], mode: str = "online"
+    c: Comparison,
+    project: str,
+    tables_md: str,
+    out_dir: Path,
+    figures: dict[str, str],
+    mode: Literal["online", "offline", "disabled"] = "online",
 ) -> str:
     import wandb
 
@@ -178,6 +186,7 @@ def log_summary_run(
     for r in c.groups:
         base = r.label == c.baseline
         reach = r.reach
+        assert r.at_budget is not None  # compare() sets it on every group
         rows.append(
             [
                 _finite(v)

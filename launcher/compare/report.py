@@ -130,6 +130,9 @@ def outcome_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
         def test(key_: str, e, direction, base=base, r=r):
             return tested(e, None if base else r.verdicts[key_], direction)
 
+        at_budget, base_at_budget = r.at_budget, _base(c).at_budget
+        assert at_budget is not None and base_at_budget is not None  # compare() sets it on every group
+
         rows.append(
             [
                 r.label,
@@ -137,7 +140,7 @@ def outcome_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
                 _span(r.steps),
                 *([_span(r.points)] if held_out else []),
                 test("final", r.final, "higher" if r.final.mean > _base(c).final.mean else "lower"),
-                test("at_budget", r.at_budget, "higher" if r.at_budget.mean > _base(c).at_budget.mean else "lower"),
+                test("at_budget", at_budget, "higher" if at_budget.mean > base_at_budget.mean else "lower"),
                 _reach(r, c),
                 _speedup(r, c),
                 with_interval(r.total[s.axis], num),
