@@ -8,7 +8,6 @@ the collectives: no parameter all-gather crosses nodes under HSDP."""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -47,9 +46,10 @@ def test_bad_mesh_config_fails_before_anything_is_built(overrides, key):
     assert "Fix:" in str(err.value)
 
 
-def _grads_norm_weights(bb, x, sigma, prompts, trainer_cls):
-    from omegaconf import OmegaConf
+def _grads_norm_weights(bb, x, sigma, prompts):
     from torch.distributed.tensor import DTensor
+
+    from launcher.update_loop import UpdateLoop
 
     def full(t):
         return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
@@ -58,9 +58,8 @@ def _grads_norm_weights(bb, x, sigma, prompts, trainer_cls):
     v = bb.velocity(x, sigma, bb.encode_prompts(prompts))
     (v**2).mean().backward()  # each rank: mean over its samples; FSDP averages over all ranks
     grads = {k: full(p.grad) for k, p in params.items()}
-    # the trainer's own global norm (over every rank's shards), without clipping
-    no_clipping = OmegaConf.create({"trainer": {"max_grad_norm": 0}})
-    norm = trainer_cls._grad_norm(SimpleNamespace(params=list(params.values()), cfg=no_clipping))
+    # the update loop's own global norm (over every rank's shards), without clipping
+    norm = float(UpdateLoop(None, None, list(params.values()), max_grad_norm=0.0).grad_norm())
     opt = torch.optim.SGD(params.values(), lr=0.1, momentum=0.9)  # momentum: optimizer state to checkpoint
     opt.step()  # (the first step is plain SGD)
     return grads, norm, {k: full(p) for k, p in params.items()}, opt
@@ -72,7 +71,6 @@ def _sharded(rank, world, x, sigma, ckpt_dir):
 
     from launcher.checkpoint import CheckpointManager
     from launcher.mesh import build_mesh
-    from launcher.trainer import Trainer
     from rewardflow.distributed import current_world
 
     os.environ["LOCAL_WORLD_SIZE"] = "2"  # as submitit exports it for 2 nodes x 2 tasks
@@ -83,7 +81,7 @@ def _sharded(rank, world, x, sigma, ckpt_dir):
         bb = FAMILIES["tiny_flux"].build(finetune="full")
         bb.parallelize(mesh)
         placements = {p.placements for p in bb.transformer.parameters()}
-        grads, norm, weights, opt = _grads_norm_weights(bb, x[mine], sigma[mine], PROMPTS[mine], Trainer)
+        grads, norm, weights, opt = _grads_norm_weights(bb, x[mine], sigma[mine], PROMPTS[mine])
         shard_group = mesh["shard"].mesh.tolist()
         out[kind] = dict(
             grads=grads,
@@ -119,9 +117,7 @@ def test_fsdp_and_hsdp_steps_equal_the_single_process_step(tmp_path):
     g = torch.Generator().manual_seed(0)
     x = ref.initial_noise(4, g)
     sigma = torch.rand(4, generator=g) * 0.9 + 0.05
-    from launcher.trainer import Trainer
-
-    ref_grads, ref_norm, ref_weights, _ = _grads_norm_weights(ref, x, sigma, PROMPTS, Trainer)
+    ref_grads, ref_norm, ref_weights, _ = _grads_norm_weights(ref, x, sigma, PROMPTS)
     assert ref_norm > 0
 
     results = run_distributed(_sharded, 4, x, sigma, str(tmp_path), timeout=900)
