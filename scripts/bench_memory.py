@@ -136,7 +136,7 @@ def rank_main(rank: int, world: int, port: int, device: str, folder: str, case: 
             method.score(rollout, trainer.reward)
             with PeakProbe(device) as update:
                 method.prepare_update(rollout)
-                trainer._run_updates(rollout, gen)
+                trainer.updates.run(rollout, gen)
             result["update"] = update.peak - (base if device == "cpu" else 0)
             result["planned_update"] = plan(OmegaConf.to_container(cfg, resolve=True), world).phase("update")
     Path(out, f"{case}-{rank}.json").write_text(json.dumps(result))
