@@ -44,6 +44,8 @@ class Trajectory:
         self.keep = keep
         self.slot = torch.where(keep, keep.long().cumsum(1) - 1, -1)  # state -> column of self.states
         self.device = torch.device(device)
+        # the update indexes with device tensors: a device copy of the table reads states without a host sync
+        self._device_slot = self.slot.to(self.device)
         pin = offload and self.device.type == "cuda"
         store = torch.device("cpu") if pin else self.device
         width = int(keep.sum(1).max()) if batch else 0
@@ -66,14 +68,16 @@ class Trajectory:
     def __getitem__(self, key) -> torch.Tensor:
         if not (isinstance(key, tuple) and len(key) == 2 and not any(isinstance(k, slice) for k in key)):
             return self.full()[key]  # plain tensor indexing when every state was kept
-        samples, index = (torch.as_tensor(k, dtype=torch.long) for k in key)
-        samples, index = torch.broadcast_tensors(samples.cpu(), index.cpu())
-        slots = self.slot[samples, index]
-        if bool((slots < 0).any()):
-            raise KeyError(
-                "a trained transition reads a state the rollout did not keep: the method's "
-                "select_train_steps disagrees with the steps it announced before sampling"
-            )
+        table = self._device_slot
+        samples, index = (torch.as_tensor(k, dtype=torch.long).to(table.device) for k in key)
+        samples, index = torch.broadcast_tensors(samples, index)
+        slots = table[samples, index]
+        # checked on the device, not read back: no host sync in the update (docs/performance.md)
+        torch._assert_async(
+            (slots >= 0).all(),
+            "a trained transition reads a state the rollout did not keep: the method's "
+            "select_train_steps disagrees with the steps it announced before sampling",
+        )
         dst = self.states.device
         return self.states[samples.to(dst), slots.to(dst)].to(self.device, non_blocking=True)
 
