@@ -168,9 +168,7 @@ class Backbone(abc.ABC):
         inverse of :meth:`decode`."""
         raise NotImplementedError(f"{type(self).__name__} cannot encode images")
 
-    def parallelize(
-        self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True, mp_policy=None
-    ) -> None:
+    def parallelize(self, mesh, reshard_after_forward: bool = True, mp_policy=None) -> None:
         """Shard the trainable transformer with FSDP2 (call on every rank, before building the optimizer); the
         options as :meth:`models.common.DiffusersBackbone.parallelize` takes them."""
         raise NotImplementedError(f"{type(self).__name__} does not support FSDP sharding")

@@ -589,21 +589,19 @@ class DiffusersBackbone(FrozenReference, Backbone):
 
         return parallelize_blocks(module, transformer_blocks(module, cls.block_attrs), mesh, **kwargs)
 
-    def parallelize(
-        self, mesh, activation_checkpointing: bool | None = None, reshard_after_forward: bool = True, mp_policy=None
-    ) -> None:
+    def parallelize(self, mesh, reshard_after_forward: bool = True, mp_policy=None) -> None:
         """Shard the trainable transformer (and a full-fine-tuning reference copy) with FSDP2, torchtitan style
-        (:meth:`shard_transformer`: activation checkpointing, then ``fully_shard`` on each of the family's
-        ``block_attrs`` blocks with a ``MixedPrecisionPolicy``, the root last). The reference keeps its own dtype and
-        is gathered in the compute dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the
-        shards. Text encoders and the VAE stay replicated and unsharded. After a sharded start-up each rank then
-        reads its own shards from the checkpoint (``models/sharded_load.py``). Call on every rank, before the
-        optimizer is built (it must see the sharded parameters)."""
+        (:meth:`shard_transformer`; activation checkpointing was applied at construction from
+        ``model.activation_checkpointing``): ``fully_shard`` on each of the family's ``block_attrs`` blocks with a
+        ``MixedPrecisionPolicy``, the root last. The reference keeps its own dtype and is gathered in the compute
+        dtype; a LoRA base with ``model.base_sharding=replicate`` is left out of the shards. Text encoders and the VAE
+        stay replicated and unsharded. After a sharded start-up each rank then reads its own shards from the
+        checkpoint (``models/sharded_load.py``). Call on every rank, before the optimizer is built (it must see the
+        sharded parameters)."""
         from torch.distributed.fsdp import MixedPrecisionPolicy
 
         from models.sharded_load import lora_layers
 
-        ac = bool(activation_checkpointing)  # None: as model.activation_checkpointing set it at construction
         replicated: set[nn.Parameter] = set()
         if self.finetune == Finetune.lora and self.base_sharding == BaseSharding.replicate:
             adapters = {p for _, layer in lora_layers(self.transformer) for p in layer.parameters() if p.requires_grad}
@@ -616,7 +614,6 @@ class DiffusersBackbone(FrozenReference, Backbone):
                 mesh,
                 mp_policy=policy,
                 reshard_after_forward=reshard_after_forward,
-                activation_checkpointing=ac and module is self.transformer,
                 ignored_params=replicated if module is self.transformer else None,
             )
         if not self._materialized:
