@@ -266,6 +266,7 @@ class Trainer:
         generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, step, world.rank))
         prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank :: world.world_size]
 
+        method.keep_images = self._samples_due(step)
         with timer("rollout"):
             rollout = method.rollout(prompts, generator)
         with timer("reward"):
@@ -318,8 +319,7 @@ class Trainer:
         )
         self.lr_schedule.step()  # the next step's learning rate (``lr`` is this step's)
         self.logger.log(metrics)
-        every = cfg.trainer.sample_every
-        if every and world.is_main and (step % every == 0 or step == cfg.trainer.steps - 1):
+        if self._samples_due(step):
             self._log_samples(rollout, step)
         if self.nonfinite_in_a_row >= cfg.trainer.max_nonfinite_in_a_row:
             raise TrainingAborted(
@@ -334,6 +334,11 @@ class Trainer:
         """After each optimizer step: the EMA of the weights follows them (``trainer.ema_decay``)."""
         if self.ema is not None:
             self.ema.update()
+
+    def _samples_due(self, step: int) -> bool:
+        """Whether this step draws an image grid (``trainer.sample_every``; always the last step), on the main rank."""
+        every, last = self.cfg.trainer.sample_every, self.cfg.trainer.steps - 1
+        return bool(every) and self.world.is_main and (step % every == 0 or step == last)
 
     def _log_samples(self, rollout, step: int) -> None:
         g = int(self.cfg.method.group_size)

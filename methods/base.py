@@ -80,6 +80,9 @@ class Method(abc.ABC):
         self.cfg = cfg
         self.backbone = backbone
         self.world = current_world()  # this process's rank; collectives degrade to identity in one process
+        # ``score`` keeps 8-bit host copies of the images only while this is set: the trainer clears it on steps that
+        # draw no image grid (trainer.sample_every), so a step's host memory does not grow with its batch by them
+        self.keep_images = True
 
     # -- config ---------------------------------------------------------------------------------------------------
     @classmethod

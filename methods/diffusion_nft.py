@@ -151,7 +151,12 @@ class DiffusionNFT(Method):
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
         rollout.rewards, rollout.images = score_in_chunks(
-            self.backbone, reward, rollout.decode_latents, rollout.prompts, int(self.cfg.decode_chunk)
+            self.backbone,
+            reward,
+            rollout.decode_latents,
+            rollout.prompts,
+            int(self.cfg.decode_chunk),
+            keep_images=self.keep_images,
         )
         return rollout.rewards
 

@@ -11,7 +11,7 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.chunking import chunked_velocity, score_in_chunks
+from methods.chunking import chunked_sde_step, score_in_chunks
 from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
@@ -135,14 +135,21 @@ class GRPO(Method):
         final = None
         for i in range(n):
             index = torch.full((b,), i, dtype=torch.long, device=x.device)
-            v = chunked_velocity(bb, x, self.model_time(sde.sigma(index)).float(), embeds, self.cfg.rollout_chunk)
             noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
-            out = sde.step(x, v, index, stochastic[:, i].to(x.device), noise=noise)
-            if i == n - 1 and self.cfg.decode == Decode.pred_x0:
-                final = sde.pred_x0(x, v, index)
-            x = out.prev_sample
+            x, log_probs[:, i], x0 = chunked_sde_step(
+                bb,
+                sde,
+                x,
+                index,
+                self.model_time(sde.sigma(index)).float(),
+                embeds,
+                stochastic[:, i].to(x.device),
+                noise,
+                self.cfg.rollout_chunk,
+                want_x0=i == n - 1 and self.cfg.decode == Decode.pred_x0,
+            )
+            final = x0 if x0 is not None else final
             traj.record(i + 1, x)
-            log_probs[:, i] = out.log_prob
         if steps is None:
             steps = self.select_train_steps(stochastic, generator)
         return Rollout(
@@ -160,7 +167,12 @@ class GRPO(Method):
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
         """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
         rollout.rewards, rollout.images = score_in_chunks(
-            self.backbone, reward, rollout.decode_latents, rollout.prompts, int(self.cfg.decode_chunk)
+            self.backbone,
+            reward,
+            rollout.decode_latents,
+            rollout.prompts,
+            int(self.cfg.decode_chunk),
+            keep_images=self.keep_images,
         )
         return rollout.rewards
 

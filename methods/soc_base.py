@@ -107,10 +107,10 @@ class SOCMethod(Method):
     # -- the reward phase: rewards and their gradient at the endpoint ------------------------------------------
     def reward_and_grad(self, reward: torch.nn.Module, latents: torch.Tensor, prompts: list[str]):
         """``(r (B,), d r / d latents, images)``: decode with gradients, score, differentiate, ``method.decode_chunk``
-        images at a time; the images kept are 8-bit host copies for the image grids."""
+        images at a time; the images kept (``keep_images``) are 8-bit host copies for the image grids."""
         rewards = torch.empty(latents.shape[0], dtype=torch.float32, device=latents.device)
         grads = torch.empty_like(latents)
-        images = []
+        images: list[torch.Tensor] = []
         for idx in torch.arange(latents.shape[0]).split(int(self.cfg.decode_chunk)):
             idx = idx.to(latents.device)
             x = latents[idx].detach().requires_grad_(True)
@@ -119,10 +119,13 @@ class SOCMethod(Method):
                 r = reward(img, [prompts[i] for i in idx.tolist()])
                 (g,) = torch.autograd.grad(r.sum(), x)
             rewards[idx], grads[idx] = r.detach().float(), g.to(latents.dtype)
-            images.append(display_copy(img))
-        return rewards, grads, torch.cat(images)
+            if self.keep_images:
+                images.append(display_copy(img))
+        return rewards, grads, (torch.cat(images) if images else None)
 
-    def set_rewards(self, rollout: Rollout, rewards: torch.Tensor, grads: torch.Tensor, images: torch.Tensor) -> None:
+    def set_rewards(
+        self, rollout: Rollout, rewards: torch.Tensor, grads: torch.Tensor, images: torch.Tensor | None
+    ) -> None:
         rollout.rewards, rollout.images = rewards, images
         rollout.extras["reward_grad"] = grads
         norm = grads.flatten(1).norm(dim=1)

@@ -565,14 +565,9 @@ class DiffusersBackbone(FrozenReference, Backbone):
         return v
 
     def _autocast(self):
-        """Autocast to the compute dtype. An unsharded reference stored below it (a bf16 reference in a
-        single-process fp32 run) computes in its own dtype; sharded, FSDP casts its gathered weights instead."""
-        from models.parallelize import is_sharded
-
-        dtype, ref = self.dtype, self._reference_model
-        if self._active is ref and ref is not None and not is_sharded(ref) and self.reference_dtype != self.dtype:
-            dtype = self.reference_dtype
-        return torch.autocast(self.device.type, dtype=dtype, enabled=dtype != torch.float32)
+        """Autocast to the compute dtype, for the policy and the reference alike: a reference stored below it reads
+        its weights in the compute dtype, sharded (FSDP2's gather) or not (models/frozen_reference.py)."""
+        return torch.autocast(self.device.type, dtype=self.dtype, enabled=self.dtype != torch.float32)
 
     # -- sharding -----------------------------------------------------------------------------------------------
     def transformer_blocks(self, module: nn.Module | None = None) -> list[nn.Module]:

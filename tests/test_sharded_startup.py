@@ -86,6 +86,11 @@ def test_sharded_startup_equals_todays_path_on_every_family():
         bb = FAMILIES[name].build(finetune="full")  # writes the twin before the ranks start
         x[name] = bb.initial_noise(4, g)
     sigma = torch.rand(4, generator=g) * 0.9 + 0.05
+    v_ref_one_process = {}  # the bf16 reference in one process (unsharded, autocast to bf16)
+    for name in NAMES:
+        bb = FAMILIES[name].build(finetune="full", keep_reference=True, reference_dtype="bfloat16")
+        with torch.no_grad(), bb.reference():
+            v_ref_one_process[name] = bb.velocity(x[name], sigma, bb.encode_prompts(PROMPTS))
     results = run_distributed(_ranks, 2, x, sigma, timeout=1500)[0]
     for name, r in results.items():
         assert r["new_full"]["meta"] and r["new_lora"]["meta"] and not r["today_full"]["meta"], name
@@ -100,6 +105,8 @@ def test_sharded_startup_equals_todays_path_on_every_family():
         v32, v16 = r["new_full"]["v_ref"], bf16["v_ref"]
         rel = float((v16 - v32).norm() / v32.norm())
         assert 0 < rel < 2e-2, (name, rel)  # bf16 weights: ~3 significant digits
+        # sharded or not, the bf16 reference computes in bf16 (models/common.py _autocast)
+        torch.testing.assert_close(v16, v_ref_one_process[name], rtol=1e-5, atol=1e-6, msg=name)
         replicated = r["new_lora_replicated"]["trained"]
         for k, v in r["new_lora"]["trained"].items():
             torch.testing.assert_close(replicated[k], v, rtol=1e-5, atol=1e-6, msg=f"{name} {k}")
