@@ -254,6 +254,8 @@ class RunLock:
             return
         self.held = False
         _held_in_this_process.pop(str(self.path), None)
+        if not self.path.parent.is_dir():  # the run dir itself is gone (a temporary one): nothing left to release
+            return
         for _ in range(100):
             if self._enter_mutex():
                 try:
