@@ -133,8 +133,11 @@ def rank_main(rank: int, world: int, port: int, device: str, folder: str, case: 
         result = {"startup": startup.increase}
         if case == "update":
             method, gen = trainer.method, torch.Generator().manual_seed(rank)
+            resident = (lambda: rss_anon() - base) if device == "cpu" else torch.cuda.memory_allocated
+            result["resident_after_startup"] = resident()
             rollout = method.rollout(trainer.data.batch(0, 2)[rank::world], gen)
             method.score(rollout, trainer.reward)
+            result["resident_before_update"] = resident()
             with PeakProbe(device) as update:
                 method.prepare_update(rollout)
                 trainer.updates.run(rollout, gen)
@@ -251,6 +254,8 @@ def main() -> None:
                 measured = max(r["update"] for r in ranks)
                 planned = ranks[0]["planned_update"]
                 out.update(
+                    update_resident_after_startup_gib=ranks[0]["resident_after_startup"] / 2**30,
+                    update_resident_before_update_gib=ranks[0]["resident_before_update"] / 2**30,
                     update_measured_gib=measured / 2**30,
                     update_planned_gib=planned / 2**30,
                     planner_rel_error=abs(planned - measured) / measured,
