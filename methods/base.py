@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from methods.base_config import MethodConfig
+from methods.chunking import score_in_chunks
 from models.backbone import Backbone, PromptEmbeds
 from rewardflow.distributed import current_world
 from rewardflow.errors import ConfigErrors
@@ -136,7 +137,19 @@ class Method(abc.ABC):
         unique across ranks (e.g. offset by ``self.world.rank``)."""
 
     def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
-        """Raw rewards (B,) of the rollout's images; stored on the rollout."""
+        """Raw rewards (B,) of the rollout, stored on it. A rollout that left decoding to this phase
+        (``decode_latents``) is decoded and scored ``method.decode_chunk`` images at a time, keeping 8-bit copies for
+        the image grids only while ``keep_images`` (methods/chunking.py); otherwise its ``images`` are scored."""
+        if rollout.decode_latents is not None:
+            rollout.rewards, rollout.images = score_in_chunks(
+                self.backbone,
+                reward,
+                rollout.decode_latents,
+                rollout.prompts,
+                int(self.cfg.decode_chunk),
+                keep_images=self.keep_images,
+            )
+            return rollout.rewards
         with torch.no_grad():
             rollout.rewards = reward(rollout.images, rollout.prompts).float()
         return rollout.rewards

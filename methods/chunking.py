@@ -6,7 +6,8 @@
   step's temporaries are a chunk's; its noise is drawn for the whole batch at once, so the random draws do not
   depend on the chunk size.
 * ``method.decode_chunk``: images per VAE decode and per reward call; only 8-bit host copies of the images are kept
-  (for the image grids, on the steps that draw one: :attr:`methods.base.Method.keep_images`), and the reward sees the whole batch through :meth:`rewards.base.Reward.score_chunks`.
+  (for the image grids, on the steps that draw one: ``methods.base.Method.keep_images``), and the reward sees the
+  whole batch through :meth:`rewards.base.Reward.score_chunks`.
 
 Results do not depend on the chunk sizes beyond float rounding (fp32 matmuls change in the last bits with the row
 count; tests/test_chunked_rollout.py).
@@ -14,11 +15,14 @@ count; tests/test_chunked_rollout.py).
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import torch
 
 from models.backbone import Backbone, PromptEmbeds
+
+if TYPE_CHECKING:
+    from methods.sde import FlowSDEScheduler
 
 
 def sample_chunks(n: int, rows_per_sample: int, rollout_chunk: int) -> list[torch.Tensor]:
@@ -50,7 +54,7 @@ def chunked_velocity(
 
 def chunked_sde_step(
     backbone: Backbone,
-    sde,
+    sde: FlowSDEScheduler,
     x: torch.Tensor,
     index: torch.Tensor,
     t: torch.Tensor,
@@ -62,7 +66,7 @@ def chunked_sde_step(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One sampling step of the whole batch, ``rollout_chunk`` rows at a time: ``(x_next, log_prob (B,), x0)``.
 
-    ``sde`` is a :class:`methods.sde.FlowSDEScheduler`; ``index``, ``t`` and ``stochastic`` are per row (B,),
+    ``index``, ``t`` and ``stochastic`` are per row (B,),
     ``noise`` the step's standard normal draw for the whole batch; ``x0`` is the predicted clean sample
     (``want_x0``) or None. Each row's result is the one of a whole-batch step with the same velocity: every
     operation after the transformer is row-wise."""

@@ -30,7 +30,7 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.chunking import chunked_velocity, score_in_chunks
+from methods.chunking import chunked_velocity
 from methods.diffusion_nft_config import DiffusionNFTConfig
 from methods.nft_loss import nft_loss, optimality_weight
 from methods.ode_solvers import solve
@@ -147,18 +147,6 @@ class DiffusionNFT(Method):
             train_steps=times.to(x.device),
             extras={"noise_seeds": seeds},
         )
-
-    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
-        """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
-        rollout.rewards, rollout.images = score_in_chunks(
-            self.backbone,
-            reward,
-            rollout.decode_latents,
-            rollout.prompts,
-            int(self.cfg.decode_chunk),
-            keep_images=self.keep_images,
-        )
-        return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:

@@ -11,7 +11,7 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.chunking import chunked_sde_step, score_in_chunks
+from methods.chunking import chunked_sde_step
 from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
@@ -163,18 +163,6 @@ class GRPO(Method):
             decode_latents=x if final is None else final,
             extras={"stochastic": stochastic},
         )
-
-    def score(self, rollout: Rollout, reward: torch.nn.Module) -> torch.Tensor:
-        """Decode and score ``method.decode_chunk`` images at a time (8-bit copies kept for the image grids)."""
-        rollout.rewards, rollout.images = score_in_chunks(
-            self.backbone,
-            reward,
-            rollout.decode_latents,
-            rollout.prompts,
-            int(self.cfg.decode_chunk),
-            keep_images=self.keep_images,
-        )
-        return rollout.rewards
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def advantage_keys(self, rollout: Rollout) -> list:
