@@ -130,3 +130,25 @@ def test_chunked_soc_toy_equals_one_call_in_float64(method, tmp_path):
     for key in ("samples", "rewards"):
         assert_close(chunked[key], whole[key], 1e-12, key)
     assert grad_error(chunked["grads"], whole["grads"]) <= 1e-12
+
+
+def test_image_copies_are_kept_only_on_steps_that_draw_a_grid(tmp_path):
+    """``score`` keeps the 8-bit image copies on the steps that draw an image grid (trainer.sample_every, and the last
+    step), and on no other: there they would only make a step's host memory grow with its batch."""
+    from launcher.trainer import RunInfo, Trainer
+
+    cfg = compose(
+        ["logger=none", "trainer.steps=3", "trainer.sample_every=2", "trainer.progress=false", "trainer.threads=1"]
+    )
+    trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
+    seen, score = [], trainer.method.score
+
+    def recording_score(rollout, reward):
+        out = score(rollout, reward)
+        seen.append((trainer.method.keep_images, rollout.images is not None))
+        return out
+
+    trainer.method.score = recording_score
+    trainer.fit()
+    assert seen == [(True, True), (False, False), (True, True)]  # steps 0 and 2 (the last) draw a grid
+    assert sorted(p.name for p in (tmp_path / "samples").glob("step_*.png")) == ["step_00000.png", "step_00002.png"]
