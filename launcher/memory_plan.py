@@ -41,7 +41,8 @@ if TYPE_CHECKING:
 GiB = float(2**30)
 DTYPE_BYTES = {"float32": 4, "fp32": 4, "bfloat16": 2, "bf16": 2, "float16": 2, "fp16": 2, "float64": 8}
 CUDA_OVERHEAD = 2.0 * GiB  # CUDA context, NCCL buffers and allocator slack per rank (not measurable on a CPU)
-VAE_FACTOR = 8  # pixels per latent pixel (and 4 frames per latent frame for Wan)
+VAE_FACTOR = 8  # pixels per latent pixel of the published VAEs, when no local VAE config says otherwise
+VAE_FRAMES = 4  # Wan's frames per latent frame
 
 #: the diffusers families, by the module of the model config's ``_target_``
 FAMILY_OF_MODULE = {
@@ -210,14 +211,42 @@ class CallSize:
     frames: int = 1
 
 
+def vae_config(model: dict) -> dict | None:
+    """The VAE's config without weights: a local ``model.path``'s ``vae/config.json`` or the tiny twin's recipe."""
+    path = model.get("path")
+    module = str(model.get("_target_", "")).rsplit(".", 1)[0]
+    if path is None and module in TINY_TWINS:
+        import importlib
+
+        return dict(importlib.import_module(module).VAE)
+    local = Path(os.path.expanduser(str(path))) / "vae" / "config.json" if path else None
+    return _config(local) if local is not None and local.is_file() else None
+
+
+def vae_factors(model: dict, family: str) -> tuple[int, int]:
+    """(pixels per latent pixel, frames per latent frame) as the diffusers pipelines compute them from the VAE's
+    config: ``2 ** (len(block_out_channels) - 1)`` (FLUX.1, SD3.5), ``2 ** len(temperal_downsample)`` (Qwen-Image),
+    ``scale_factor_spatial`` / ``scale_factor_temporal`` (Wan); the published VAEs' 8 (and 4) without a local
+    config (docs/memory.md#the-planners-model)."""
+    cfg = vae_config(model) or {}
+    if family == "wan":
+        return int(cfg.get("scale_factor_spatial", VAE_FACTOR)), int(cfg.get("scale_factor_temporal", VAE_FRAMES))
+    if family == "qwenimage" and "temperal_downsample" in cfg:
+        return 2 ** len(cfg["temperal_downsample"]), 1
+    if "block_out_channels" in cfg:
+        return 2 ** (len(cfg["block_out_channels"]) - 1), 1
+    return VAE_FACTOR, 1
+
+
 def call_size(model: dict, family: str, tconfig: dict) -> CallSize:
     h, w = int(model["height"]), int(model["width"])
-    lat_h, lat_w = h // VAE_FACTOR, w // VAE_FACTOR
+    factor, frames_per_latent = vae_factors(model, family)
+    lat_h, lat_w = h // factor, w // factor
     cfg_rows = 2 if float(model.get("guidance_scale", 1.0)) > 1.0 else 1
     seq = int(model.get("max_sequence_length", 0))
     if family == "wan":
         frames = int(model["num_frames"])
-        lat_f = (frames - 1) // 4 + 1
+        lat_f = (frames - 1) // frames_per_latent + 1
         p_t, p_h, p_w = tconfig["patch_size"]
         tokens = (lat_f // p_t) * (lat_h // p_h) * (lat_w // p_w)
         return CallSize(

@@ -66,6 +66,39 @@ def test_inventory_matches_the_diffusers_class_and_peft(family, config):
     assert inv.lora_params(targets, 4) == sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
 
 
+@pytest.mark.parametrize("family,module", [("flux", "tiny_flux"), ("qwenimage", "tiny_qwenimage"), ("wan", "tiny_wan")])
+def test_the_plans_tokens_follow_a_local_vaes_downsampling(tmp_path, family, module):
+    """A local ``model.path`` whose VAE downsamples by 2 or 4 (the tiny twins') gives 16 or 4 times the image tokens of
+    the published VAEs' factor 8; the factor is read from ``vae/config.json`` and equals the saved VAE's encoder's."""
+    import importlib
+    import json
+
+    import diffusers
+    import torch
+
+    from launcher.memory_plan import call_size, transformer_config
+
+    twin = importlib.import_module(f"models.{module}")
+    cls = {"flux": diffusers.AutoencoderKL, "qwenimage": diffusers.AutoencoderKLQwenImage}.get(
+        family, diffusers.AutoencoderKLWan
+    )
+    cls(**twin.VAE).save_pretrained(tmp_path / "vae")
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps(twin.TRANSFORMER))
+    name = {"flux": "flux", "qwenimage": "qwenimage", "wan": "wan2.1"}[family]
+    side = 64
+    local = cfg_of([f"model={name}", f"model.path={tmp_path}", f"model.height={side}", f"model.width={side}"])
+    published = cfg_of([f"model={name}", f"model.height={side}", f"model.width={side}"])
+    tconfig, _ = transformer_config(local["model"], family)
+    size, size8 = (call_size(c["model"], family, tconfig) for c in (local, published))
+    vae = cls.from_pretrained(tmp_path / "vae").eval()
+    image = torch.zeros((1, 3, side, side) if family == "flux" else (1, 3, 1, side, side))
+    with torch.no_grad():
+        latent = vae.encode(image).latent_dist.mean
+    factor = side // latent.shape[-1]
+    assert factor < 8 and size.image_tokens == size8.image_tokens * (8 // factor) ** 2
+
+
 def test_a_plan_imports_no_torch_and_reads_no_weights():
     code = (
         "import sys; from launcher.memory_plan import compose_runs, plan; "
