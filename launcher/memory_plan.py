@@ -10,7 +10,8 @@ plan at start, logs it and stops with the fixes if it does not fit. The model (d
   prompts with ``offload``; never after start with ``precompute``), the VAE and the reward model, whole on every rank;
 * **the largest transformer call**: sampling, ``method.rollout_chunk`` rows without gradients (the working set of
   one block); training, the rows of one micro-batch with gradients (every block's saved activations, or with
-  activation checkpointing each block's inputs plus one block recomputed), from per-token bytes measured on the CPU
+  activation checkpointing each block's inputs plus one block recomputed; a LoRA forward's own figures, since a
+  frozen linear layer saves no input for a weight gradient), from per-token bytes measured on the CPU
   at published width and reduced depth (``launcher/memory_coefficients.py``, ``scripts/calibrate_memory.py``),
   scaled by the compute dtype; FSDP gathers two blocks at a time (the current one and the prefetched one);
 * **decoding**: ``method.decode_chunk`` images through the VAE (and the reward), with gradients for the adjoint
@@ -515,11 +516,16 @@ def call_lines(run: Run) -> list[Line]:
     table, ratio = activation_table(run.family, inv.width)
     scale = ratio * run.cb / 4
 
+    def pick(coef: dict, kind: str) -> dict:
+        """A LoRA forward saves less than a full one (a frozen linear keeps no input): its own figures if
+        calibrated (``saved_lora``, ``peak_lora``)."""
+        return coef.get(f"{kind}_lora", coef[kind]) if run.lora else coef[kind]
+
     def unit(u, kind: str) -> float:
-        return per_row_bytes(_unit_coefficients(table, u.name)[kind], size, scale)
+        return per_row_bytes(pick(_unit_coefficients(table, u.name), kind), size, scale)
 
     def root(kind: str) -> float:
-        return per_row_bytes(table["root"][kind], size, scale)
+        return per_row_bytes(pick(table["root"], kind), size, scale)
 
     call_rows = max(1, int(method.get("rollout_chunk", 32)) // size.rows_per_sample) * size.rows_per_sample
     call_rows = min(call_rows, run.samples * size.rows_per_sample)

@@ -7,7 +7,11 @@ tokens n1 or n2, text tokens t1 or t2; one row):
 * ``saved``: the bytes of the tensors autograd keeps for the backward of a forward with gradients in fp32 (counted
   exactly with ``torch.autograd.graph.saved_tensors_hooks``, each storage once, parameters and buffers excluded);
 * ``peak``: the peak increase during that forward: ``saved`` plus the working set of the block running;
-* ``infer``: the peak increase of a forward without gradients: the working set of a sampling call.
+* ``infer``: the peak increase of a forward without gradients: the working set of a sampling call;
+* ``saved_lora``, ``peak_lora``: the same two for a LoRA forward: the weights frozen, a peft adapter (rank 32) on the
+  attention projections (``LORA_TARGETS``), the image and text streams requiring gradients from the first block on,
+  as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a weight gradient, so a LoRA
+  forward saves about half of a full fine-tuning one (docs/memory.md#calibration).
 
 A block kind's figure is the call's figure minus the root-only call's, and ``bytes = a_img * n + a_txt * t + c`` is
 solved from the three sizes (exactly: three equations, three unknowns); the root gets its own fit. The planner
@@ -62,8 +66,12 @@ VARIANTS = {
     "wan14b": ("WAN21_T2V_14B", {"root": dict(num_layers=0), "block": dict(num_layers=1)}),
 }
 FAMILY_OF = {"flux": "flux", "sd3": "sd35m", "qwenimage": "qwenimage", "wan": "wan2.1", "wan14b": "wan2.1"}
-#: what is measured per call: the activations autograd saves, the peak of that forward, the peak without gradients
-KINDS = ("saved", "peak", "infer")
+#: what is measured per call: the activations autograd saves, the peak of that forward, the peak without gradients;
+#: the first two again for a LoRA forward
+KINDS = ("saved", "peak", "infer", "saved_lora", "peak_lora")
+#: the LoRA adapter of the calibration: every attention projection the families' configs target (models/*_config.py)
+LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
+LORA_RANK = 32
 #: (image side in pixels, text tokens): n1/t1, n2/t1, n1/t2 -> image tokens 64 / 576 (one latent frame for Wan)
 SIZES = ((128, 32), (384, 32), (128, 224))
 
@@ -94,6 +102,33 @@ def measure(family_key: str, config: dict, side: int, text: int) -> dict[str, in
     with torch.no_grad(), PeakProbe() as infer:
         velocity(model, inputs, torch.float32)
     model.train()
+    saved, peak = grad_forward(model, inputs)
+    model.requires_grad_(False)
+    add_lora(model)
+    streams = {k: v.detach().requires_grad_(True) if k in STREAMS else v for k, v in inputs.items()}
+    saved_lora, peak_lora = grad_forward(model, streams)
+    result = {
+        "image_tokens": fam.image_tokens(config, shape),
+        "text_tokens": text,
+        "infer": infer.increase,
+        "saved": saved,
+        "peak": peak,
+        "saved_lora": saved_lora,
+        "peak_lora": peak_lora,
+    }
+    del model, inputs, streams
+    gc.collect()
+    return result
+
+
+#: the inputs that carry the image and text streams (every family's transformer names them so)
+STREAMS = ("hidden_states", "encoder_hidden_states")
+
+
+def grad_forward(model: torch.nn.Module, inputs: dict) -> tuple[int, int]:
+    """(bytes autograd keeps for the backward, weights excluded; the forward's peak increase)."""
+    from models.real_transformers import velocity
+
     params = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
     saved: dict[int, int] = {}
 
@@ -105,16 +140,21 @@ def measure(family_key: str, config: dict, side: int, text: int) -> dict[str, in
 
     with PeakProbe() as train, torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
         out = velocity(model, inputs, torch.float32)
-    result = {
-        "image_tokens": fam.image_tokens(config, shape),
-        "text_tokens": text,
-        "infer": infer.increase,
-        "saved": sum(saved.values()),
-        "peak": train.increase,
-    }
-    del model, inputs, out
+    del out
     gc.collect()
-    return result
+    return sum(saved.values()), train.increase
+
+
+def add_lora(model: torch.nn.Module) -> None:
+    """peft's adapter on ``LORA_TARGETS`` (models/common.py applies it the same way); the root alone has none."""
+    from peft import LoraConfig
+
+    try:
+        model.add_adapter(
+            LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, init_lora_weights="gaussian", target_modules=LORA_TARGETS)
+        )
+    except ValueError:  # no attention projection: the root-only model
+        pass
 
 
 def solve(rows: list[dict], key: str) -> dict[str, float]:
