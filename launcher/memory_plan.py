@@ -68,6 +68,9 @@ VAE_PARAMS = {"flux": 83.8e6, "sd3": 83.8e6, "qwenimage": 126.9e6, "wan": 126.9e
 REWARD_PARAMS = {"hps": 986.1e6, "pickscore": 986.1e6, "clip": 427.6e6}  # open_clip ViT-H-14, CLIP-H, CLIP-L
 #: the calibrated VAE of each family (SD3.5's VAE has FLUX.1's architecture)
 VAE_KIND = {"flux": "flux", "sd3": "flux", "qwenimage": "qwenimage", "wan": "wan"}
+#: the attention projections the LoRA calibration adapts (scripts/calibrate_memory.py); an adapter on other layers
+#: (feed-forward, norms' modulation) keeps their inputs too, so the plan then takes the full fine-tune figures
+LORA_CALIBRATED_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 QWEN_TEXT_TOKENS = 128  # Qwen-Image keeps prompts unpadded: a long prompt after the chat template
 
 
@@ -363,6 +366,11 @@ class Run:
         return self.model.get("finetune") == "lora"
 
     @property
+    def lora_activations(self) -> bool:
+        """The calibrated LoRA forward's figures apply: LoRA on attention projections only."""
+        return self.lora and set(self.model.get("lora_targets") or []) <= set(LORA_CALIBRATED_TARGETS)
+
+    @property
     def on_gpu(self) -> bool:
         return self.model.get("device", "auto") != "cpu"
 
@@ -517,9 +525,9 @@ def call_lines(run: Run) -> list[Line]:
     scale = ratio * run.cb / 4
 
     def pick(coef: dict, kind: str) -> dict:
-        """A LoRA forward saves less than a full one (a frozen linear keeps no input): its own figures if
-        calibrated (``saved_lora``, ``peak_lora``)."""
-        return coef.get(f"{kind}_lora", coef[kind]) if run.lora else coef[kind]
+        """A LoRA forward on the attention projections saves less than a full one (a frozen linear keeps no input):
+        its own figures (``saved_lora``, ``peak_lora``; sampling calls have no such distinction)."""
+        return coef[f"{kind}_lora"] if run.lora_activations and kind in ("saved", "peak") else coef[kind]
 
     def unit(u, kind: str) -> float:
         return per_row_bytes(pick(_unit_coefficients(table, u.name), kind), size, scale)
@@ -557,7 +565,13 @@ def call_lines(run: Run) -> list[Line]:
     grads = (run.adapters / max(1, inv.depth) if run.lora else inv.largest_unit) * (run.cb + 4)
     return [
         Line("largest rollout transient", transient, 0.0, which),
-        Line("training call: activations", 0.0, train, f"{why} = {rows} rows, {share:.0%} of blocks checkpointed"),
+        Line(
+            "training call: activations",
+            0.0,
+            train,
+            f"{why} = {rows} rows, {share:.0%} of blocks checkpointed"
+            + (", LoRA beyond attention: full fine-tune figures" if run.lora and not run.lora_activations else ""),
+        ),
         Line("training call: one block's gradients", 0.0, grads),
     ]
 

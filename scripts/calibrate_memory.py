@@ -39,6 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from launcher.memory_plan import LORA_CALIBRATED_TARGETS  # noqa: E402
 from memory_probe import MALLOC_ENV, PeakProbe, malloc_env  # noqa: E402
 
 #: per family: the published config and the reduced-depth variants (unit name -> config overrides)
@@ -70,7 +71,7 @@ FAMILY_OF = {"flux": "flux", "sd3": "sd35m", "qwenimage": "qwenimage", "wan": "w
 #: the first two again for a LoRA forward
 KINDS = ("saved", "peak", "infer", "saved_lora", "peak_lora")
 #: the LoRA adapter of the calibration: every attention projection the families' configs target (models/*_config.py)
-LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out"]
+LORA_TARGETS = list(LORA_CALIBRATED_TARGETS)  # the planner applies these figures to LoRA on these modules only
 LORA_RANK = 32
 #: (image side in pixels, text tokens): n1/t1, n2/t1, n1/t2 -> image tokens 64 / 576 (one latent frame for Wan)
 SIZES = ((128, 32), (384, 32), (128, 224))

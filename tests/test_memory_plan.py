@@ -227,3 +227,20 @@ def test_the_command_line_plans_without_building_or_submitting(tmp_path):
         cwd=ROOT,
     )
     assert bad.returncode == 1 and "DOES NOT FIT" in bad.stdout and "fix:" in bad.stdout
+
+
+def test_lora_activations_are_planned_from_the_lora_forward_on_attention_only():
+    """A LoRA forward saves less than a full fine-tune's (a frozen linear keeps no input); an adapter beyond the
+    calibrated attention projections keeps its layers' inputs too, so the plan takes the full figures there."""
+
+    def activations(overrides: list[str]) -> float:
+        lines = {line.what: line for line in plan(cfg_of(["model=flux", "method=dance_grpo", *overrides])).lines}
+        return lines["training call: activations"].update
+
+    full = activations(["model.finetune=full", "model.activation_checkpointing=none"])
+    lora = activations(["model.finetune=lora", "model.activation_checkpointing=none"])
+    beyond = activations(
+        ["model.finetune=lora", "model.activation_checkpointing=none", "model.lora_targets=[to_q,to_k,ff.net.2]"]
+    )
+    assert 0.3 * full < lora < 0.8 * full
+    assert beyond == full
