@@ -31,7 +31,7 @@ SLURM = [
     "trainer.progress=false",
 ]
 SMALL = ["experiment=smoke", "method.prompts_per_step=2"]
-STEPS = 200
+STEPS = 100
 LONG = [*SMALL, f"trainer.steps={STEPS}", "trainer.ckpt_every=50", "trainer.keep_last_ckpts=4"]
 
 

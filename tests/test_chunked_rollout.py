@@ -94,12 +94,18 @@ def assert_close(a: torch.Tensor, b: torch.Tensor, rel: float, what: str) -> Non
     torch.testing.assert_close(a, b, rtol=rel, atol=rel * scale, msg=lambda m: f"{what}: {m}")
 
 
+@pytest.fixture(scope="module")
+def two_rank_results(tmp_path_factory) -> list[dict]:
+    """Every case's whole and chunked step on each of 2 gloo ranks, in one pair of processes (a spawn per case
+    would pay the ranks' start-up eight times)."""
+    return run_distributed(_compare, 2, CASES, str(tmp_path_factory.mktemp("chunked")), timeout=1800)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
-def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, tmp_path):
-    results = run_distributed(_compare, 2, {case: CASES[case]}, str(tmp_path), timeout=1200)
-    for rank, per_rank in enumerate(results):
-        for name, (whole, chunked) in per_rank.items():
+def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, two_rank_results):
+    for rank, per_rank in enumerate(two_rank_results):
+        for name, (whole, chunked) in [(case, per_rank[case])]:
             what = f"{name} rank {rank}"
             assert_close(chunked["samples"], whole["samples"], 1e-5, f"{what}: samples")
             assert_close(chunked["rewards"], whole["rewards"], 1e-5, f"{what}: rewards")

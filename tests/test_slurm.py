@@ -71,7 +71,7 @@ def test_preempted_job_is_requeued_and_resumes_bitwise(tmp_path, slurm_reference
             stderr=err,
             text=True,
         )
-    job = wait_for_step(tmp_path, 70, proc)  # after the step-49 checkpoint
+    job = wait_for_step(tmp_path, 60, proc)  # after the step-49 checkpoint
     ids = sorted(p.name for p in (job.parent / ".submitit").iterdir() if re.fullmatch(r"\d+(_\d+)?", p.name))
     job_id = ids[-1]  # "<id>" for a single job, "<array id>_<index>" in an array
     submitit.SlurmJob(folder=job.parent / ".submitit" / "%j", job_id=job_id)._interrupt()  # SIGTERM then USR2
