@@ -77,7 +77,7 @@ def scan(ctx: Context, state, lr: float, steps: int) -> list[dict]:
     from bench_eam import load_twin
 
     found = []
-    for regime in REGIMES:
+    for regime in REGIMES[:2] if ctx.quick else REGIMES:  # quick: the code path, on the cheapest two
         name = "_".join(f"{k}{v:g}" for k, v in regime.items())
         trainer = make_trainer(overrides(regime, "jagg", 0, lr, ctx.threads, 1), ctx.work / "jagg" / f"scan_{name}")
         load_twin(trainer, state)
