@@ -152,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--lambdas",
         default=None,
-        help="eam only: comma list of its reward scales to run (default 0.4,0.8,3.2); the page then shows those alone",
+        help="eam only: comma list of its reward scales to run (default 0.4,0.8,3.2); the others' runs are kept from "
+        "<out>/eam.json",
     )
     p.add_argument("--report-only", action="store_true", help="rewrite the pages from <out>/<study>.json")
     args = p.parse_args(argv)
@@ -200,9 +201,14 @@ def main(argv: list[str] | None = None) -> int:
                 "wall_s": time.time() - wall,
                 "machine": f"{platform.machine()}, {args.threads} torch thread(s)",
             }
-            if args.testbeds and (out / f"{name}.json").exists():  # keep the testbeds not rerun
+            if (args.testbeds or args.lambdas) and (out / f"{name}.json").exists():  # keep the parts not rerun
                 saved = json.loads((out / f"{name}.json").read_text())
-                data = {**saved["raw"], **data}
+                if args.lambdas:  # the other reward scales' runs; the side-by-side costs are this run's
+                    by_lambda = {**saved["raw"].get("by_lambda", {}), **data["by_lambda"]}
+                    data["by_lambda"] = dict(sorted(by_lambda.items(), key=lambda kv: float(kv[0])))
+                    data["lambdas"] = [float(k) for k in data["by_lambda"]]
+                else:
+                    data = {**saved["raw"], **data}
                 meta["cpu_s"] += saved["meta"]["cpu_s"]
                 meta["wall_s"] += saved["meta"]["wall_s"]
         result = report.write_up(data)
