@@ -149,23 +149,12 @@ def transformer_config(model: dict, family: str) -> tuple[dict, str]:
     the tiny twin's recipe, or the family's published config."""
     from models import published_configs as pub
 
-    module = str(model.get("_target_", "")).rsplit(".", 1)[0]
     path = model.get("path")
-    if path is None and module in TINY_TWINS:
-        import importlib
-
-        return dict(importlib.import_module(module).TRANSFORMER), "tiny twin"
-    local = Path(os.path.expanduser(str(path))) / "transformer" / "config.json"
-    if local.is_file():
-        return _config(local), str(local)
-    try:
-        from huggingface_hub import try_to_load_from_cache
-
-        cached = try_to_load_from_cache(str(path), "transformer/config.json")
-        if isinstance(cached, str):
-            return _config(Path(cached)), f"hub cache of {path}"
-    except Exception:  # noqa: BLE001 - no cache or not a hub id: the published config below
-        pass
+    if is_tiny_twin(model):
+        return _twin_recipe(model, "TRANSFORMER"), "tiny twin"
+    found = _stored_config(path, "transformer")
+    if found is not None:
+        return found
     published = {
         "flux": pub.FLUX_DEV,
         "sd3": pub.SD35_MEDIUM,
@@ -173,6 +162,34 @@ def transformer_config(model: dict, family: str) -> tuple[dict, str]:
         "wan": pub.WAN21_T2V_14B if "14b" in str(path).lower() else pub.WAN21_T2V_1_3B,
     }[family]
     return dict(published), f"published config of {path}"
+
+
+def is_tiny_twin(model: dict) -> bool:
+    """A tiny twin built from its recipe (no ``model.path``)."""
+    return model.get("path") is None and str(model.get("_target_", "")).rsplit(".", 1)[0] in TINY_TWINS
+
+
+def _twin_recipe(model: dict, name: str) -> dict:
+    """A tiny twin's component config (``TRANSFORMER``, ``VAE``) from its module (which imports torch)."""
+    import importlib
+
+    return dict(getattr(importlib.import_module(str(model["_target_"]).rsplit(".", 1)[0]), name))
+
+
+def _stored_config(path, component: str) -> tuple[dict, str] | None:
+    """``<component>/config.json`` of a local folder or of the hub cache's copy of ``path``; None without either."""
+    local = Path(os.path.expanduser(str(path))) / component / "config.json"
+    if local.is_file():
+        return _config(local), str(local)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(str(path), f"{component}/config.json")
+        if isinstance(cached, str):
+            return _config(Path(cached)), f"hub cache of {path}"
+    except Exception:  # noqa: BLE001 - no cache or not a hub id
+        pass
+    return None
 
 
 def _config(path: Path) -> dict:
@@ -183,9 +200,8 @@ def component_params(model: dict, family: str) -> dict[str, float]:
     """Parameters of the text encoders and the VAE: read from the safetensors headers of a local ``model.path``
     (no weight is read), or the tiny twin's folder, else the family's published sizes."""
     path = model.get("path")
-    module = str(model.get("_target_", "")).rsplit(".", 1)[0]
     folder = Path(os.path.expanduser(str(path))) if path else None
-    if path is None and module in TINY_TWINS:
+    if is_tiny_twin(model):
         return {"text_encoders": 0.0, "vae": 0.0}  # a few MB: below the plan's resolution
     if folder is not None and folder.is_dir():
         encoders = sum(safetensors_params(folder / d) for d in ("text_encoder", "text_encoder_2", "text_encoder_3"))
@@ -216,15 +232,12 @@ class CallSize:
 
 
 def vae_config(model: dict) -> dict | None:
-    """The VAE's config without weights: a local ``model.path``'s ``vae/config.json`` or the tiny twin's recipe."""
-    path = model.get("path")
-    module = str(model.get("_target_", "")).rsplit(".", 1)[0]
-    if path is None and module in TINY_TWINS:
-        import importlib
-
-        return dict(importlib.import_module(module).VAE)
-    local = Path(os.path.expanduser(str(path))) / "vae" / "config.json" if path else None
-    return _config(local) if local is not None and local.is_file() else None
+    """The VAE's config without weights: the tiny twin's recipe, or ``vae/config.json`` of a local ``model.path`` or
+    of the hub cache's copy; None without either (the published factor then)."""
+    if is_tiny_twin(model):
+        return _twin_recipe(model, "VAE")
+    found = _stored_config(model["path"], "vae") if model.get("path") else None
+    return found[0] if found is not None else None
 
 
 def vae_factors(model: dict, family: str) -> tuple[int, int]:
