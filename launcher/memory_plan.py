@@ -380,8 +380,10 @@ class Run:
 
     @property
     def lora_activations(self) -> bool:
-        """The calibrated LoRA forward's figures apply: LoRA on attention projections only."""
-        return self.lora and set(self.model.get("lora_targets") or []) <= set(LORA_CALIBRATED_TARGETS)
+        """The calibrated LoRA forward's figures apply: LoRA on attention projections only. A target names modules by
+        suffix, as peft matches a list of names (``attn.to_q`` wraps the same projections as ``to_q``)."""
+        targets = list(self.model.get("lora_targets") or [])
+        return self.lora and all(any(t == c or t.endswith("." + c) for c in LORA_CALIBRATED_TARGETS) for t in targets)
 
     @property
     def on_gpu(self) -> bool:

@@ -242,5 +242,13 @@ def test_lora_activations_are_planned_from_the_lora_forward_on_attention_only():
     beyond = activations(
         ["model.finetune=lora", "model.activation_checkpointing=none", "model.lora_targets=[to_q,to_k,ff.net.2]"]
     )
+    prefixed = activations(
+        [
+            "model.finetune=lora",
+            "model.activation_checkpointing=none",
+            "model.lora_targets=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0]",
+        ]
+    )
     assert 0.3 * full < lora < 0.8 * full
     assert beyond == full
+    assert prefixed == lora  # peft matches names by suffix: attn.to_q is the same projection as to_q
