@@ -9,7 +9,7 @@ tokens n1 or n2, text tokens t1 or t2; one row):
 * ``peak``: the peak increase during that forward: ``saved`` plus the working set of the block running;
 * ``infer``: the peak increase of a forward without gradients: the working set of a sampling call;
 * ``saved_lora``, ``peak_lora``: the same two for a LoRA forward: the weights frozen, a peft adapter (rank 32) on the
-  attention projections (``LORA_TARGETS``), the image and text streams requiring gradients from the first block on,
+  attention projections (``LORA_CALIBRATED_TARGETS`` of the planner), the image and text streams requiring gradients from the first block on,
   as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a weight gradient, so a LoRA
   forward saves about half of a full fine-tuning one (docs/memory.md#calibration).
 
@@ -71,7 +71,6 @@ FAMILY_OF = {"flux": "flux", "sd3": "sd35m", "qwenimage": "qwenimage", "wan": "w
 #: the first two again for a LoRA forward
 KINDS = ("saved", "peak", "infer", "saved_lora", "peak_lora")
 #: the LoRA adapter of the calibration: every attention projection the families' configs target (models/*_config.py)
-LORA_TARGETS = list(LORA_CALIBRATED_TARGETS)  # the planner applies these figures to LoRA on these modules only
 LORA_RANK = 32
 #: (image side in pixels, text tokens): n1/t1, n2/t1, n1/t2 -> image tokens 64 / 576 (one latent frame for Wan)
 SIZES = ((128, 32), (384, 32), (128, 224))
@@ -147,12 +146,17 @@ def grad_forward(model: torch.nn.Module, inputs: dict) -> tuple[int, int]:
 
 
 def add_lora(model: torch.nn.Module) -> None:
-    """peft's adapter on ``LORA_TARGETS`` (models/common.py applies it the same way); the root alone has none."""
+    """peft's adapter on ``LORA_CALIBRATED_TARGETS`` of the planner (models/common.py applies it the same way); the root alone has none."""
     from peft import LoraConfig
 
     try:
         model.add_adapter(
-            LoraConfig(r=LORA_RANK, lora_alpha=2 * LORA_RANK, init_lora_weights="gaussian", target_modules=LORA_TARGETS)
+            LoraConfig(
+                r=LORA_RANK,
+                lora_alpha=2 * LORA_RANK,
+                init_lora_weights="gaussian",
+                target_modules=list(LORA_CALIBRATED_TARGETS),
+            )
         )
     except ValueError:  # no attention projection: the root-only model
         pass
