@@ -9,8 +9,8 @@ tokens n1 or n2, text tokens t1 or t2; one row):
 * ``peak``: the peak increase during that forward: ``saved`` plus the working set of the block running;
 * ``infer``: the peak increase of a forward without gradients: the working set of a sampling call;
 * ``saved_lora``, ``peak_lora``: the same two for a LoRA forward: the weights frozen, a peft adapter (rank 32) on the
-  attention projections (``LORA_CALIBRATED_TARGETS`` of the planner), the image and text streams requiring gradients from the first block on,
-  as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a weight gradient, so a LoRA
+  attention projections (the planner's ``LORA_CALIBRATED_TARGETS``), the image and text streams requiring gradients
+  from the first block on, as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a weight gradient, so a LoRA
   forward saves about half of a full fine-tuning one (docs/memory.md#calibration).
 
 A block kind's figure is the call's figure minus the root-only call's, and ``bytes = a_img * n + a_txt * t + c`` is
@@ -146,7 +146,8 @@ def grad_forward(model: torch.nn.Module, inputs: dict) -> tuple[int, int]:
 
 
 def add_lora(model: torch.nn.Module) -> None:
-    """peft's adapter on ``LORA_CALIBRATED_TARGETS`` of the planner (models/common.py applies it the same way); the root alone has none."""
+    """peft's adapter on the planner's ``LORA_CALIBRATED_TARGETS`` (models/common.py applies it the same way); the root
+    alone has none."""
     from peft import LoraConfig
 
     try:
