@@ -10,8 +10,8 @@ tokens n1 or n2, text tokens t1 or t2; one row):
 * ``infer``: the peak increase of a forward without gradients: the working set of a sampling call;
 * ``saved_lora``, ``peak_lora``: the same two for a LoRA forward: the weights frozen, a peft adapter (rank 32) on the
   attention projections (the planner's ``LORA_CALIBRATED_TARGETS``), the image and text streams requiring gradients
-  from the first block on, as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a weight gradient, so a LoRA
-  forward saves about half of a full fine-tuning one (docs/memory.md#calibration).
+  from the first block on, as in every block after the first adapter. A frozen ``nn.Linear`` keeps no input for a
+  weight gradient, so a LoRA forward saves about half of a full fine-tuning one (docs/memory.md#calibration).
 
 A block kind's figure is the call's figure minus the root-only call's, and ``bytes = a_img * n + a_txt * t + c`` is
 solved from the three sizes (exactly: three equations, three unknowns); the root gets its own fit. The planner
