@@ -266,7 +266,7 @@ class Trainer:
         generator = torch.Generator().manual_seed(step_seed(cfg.trainer.seed, step, world.rank))
         prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank :: world.world_size]
 
-        method.keep_images = self._samples_due(step)
+        method.keep_images = self.samples_due(step)
         with timer("rollout"):
             rollout = method.rollout(prompts, generator)
         with timer("reward"):
@@ -319,7 +319,7 @@ class Trainer:
         )
         self.lr_schedule.step()  # the next step's learning rate (``lr`` is this step's)
         self.logger.log(metrics)
-        if self._samples_due(step):
+        if self.samples_due(step):
             self._log_samples(rollout, step)
         if self.nonfinite_in_a_row >= cfg.trainer.max_nonfinite_in_a_row:
             raise TrainingAborted(
@@ -335,7 +335,7 @@ class Trainer:
         if self.ema is not None:
             self.ema.update()
 
-    def _samples_due(self, step: int) -> bool:
+    def samples_due(self, step: int) -> bool:
         """Whether this step draws an image grid (``trainer.sample_every``; always the last step), on the main rank."""
         every, last = self.cfg.trainer.sample_every, self.cfg.trainer.steps - 1
         return bool(every) and self.world.is_main and (step % every == 0 or step == last)

@@ -129,7 +129,7 @@ def rank_main(rank: int, world: int, port: int, device: str, folder: str, case: 
     with tempfile.TemporaryDirectory() as tmp:
         with PeakProbe(device) as startup:
             trainer = Trainer(cfg, RunInfo(run_dir=Path(tmp)))
-        trainer.method.keep_images = trainer._samples_due(1)  # as in training: no image grid, no 8-bit copies kept
+        trainer.method.keep_images = trainer.samples_due(1)  # as in training: no image grid, no 8-bit copies kept
         result = {"startup": startup.increase}
         if case == "update":
             method, gen = trainer.method, torch.Generator().manual_seed(rank)
@@ -193,7 +193,7 @@ def rollout_peak(samples: int, chunk: int, size: int, device: str) -> tuple[int,
     )
     with tempfile.TemporaryDirectory() as tmp:
         trainer = Trainer(cfg, RunInfo(run_dir=Path(tmp)))
-        trainer.method.keep_images = trainer._samples_due(1)  # as in training: no image grid, no 8-bit copies kept
+        trainer.method.keep_images = trainer.samples_due(1)  # as in training: no image grid, no 8-bit copies kept
         trainer.method.rollout(PROMPTS[:1], torch.Generator().manual_seed(1))  # warm-up: caches, lazy inits
         with PeakProbe(device) as probe:
             rollout = trainer.method.rollout(PROMPTS[:1], torch.Generator().manual_seed(0))
