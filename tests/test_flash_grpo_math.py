@@ -109,13 +109,14 @@ def test_lambda_equals_the_closed_forms():
     )
 
 
-def test_other_schedules_of_spec_f9():
+def test_lambda_on_the_wan12_and_sd35_schedules():
+    """The values listed under docs/methods/flash_grpo.md#the-wan-20-lambda-table for other schedules."""
     lam12 = rectification_factor(wan_sde(12), torch.arange(6))
     assert np.allclose(lam12.numpy(), [0.1769, 0.1959, 0.2189, 0.2473, 0.2830, 0.3291], atol=5e-5, rtol=0)
     sd3 = FlowSDEScheduler(sd3_euler(10).sigmas.double(), "flow", 0.7)
     lam = rectification_factor(sd3, torch.arange(10))
-    spec = [0.0570, 0.0784, 0.1292, 0.1880, 0.2640, 0.3710, 0.5356, 0.8248, 1.4867, 1.7706]
-    assert np.allclose(lam.numpy(), spec, atol=5e-5, rtol=0)
+    listed = [0.0570, 0.0784, 0.1292, 0.1880, 0.2640, 0.3710, 0.5356, 0.8248, 1.4867, 1.7706]
+    assert np.allclose(lam.numpy(), listed, atol=5e-5, rtol=0)
 
 
 # ----------------------------------------------------------------------------------------------- invariant 9
