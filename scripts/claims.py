@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from claim_studies.common import ROOT, Context, StudyResult, table  # noqa: E402
+from claim_studies.common import DEFAULT_SEEDS, ROOT, Context, StudyResult, table  # noqa: E402
 
 STUDIES = {"flash": "Flash-GRPO", "jagg": "JAGG", "eam": "EAM vs Adjoint Matching"}
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--studies", default=",".join(STUDIES), help=f"comma list of {', '.join(STUDIES)}")
     p.add_argument(
         "--seeds",
-        default="0,1,2,3,4",
+        default=",".join(map(str, DEFAULT_SEEDS)),
         help="training seeds of every compared variant (>= 5 for a verdict; the quick form uses the first 2)",
     )
     p.add_argument("--quick", action="store_true", help="a few steps of every part (CI); figures mean nothing")
@@ -188,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scripts/claims.py"
                 + (" --quick" if args.quick else "")
                 + f" --studies {name}"
+                + (f" --seeds {args.seeds}" if [int(s) for s in args.seeds.split(",")] != DEFAULT_SEEDS else "")
                 + (f" --lambdas {args.lambdas}" if args.lambdas else "")
                 + (f" --testbeds {args.testbeds}" if args.testbeds else "")
             )

@@ -36,6 +36,7 @@ NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive at this scale"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 MIN_SEEDS = 5  # fewer seeds per variant give no verdict, whatever their intervals say
+DEFAULT_SEEDS = [0, 1, 2, 3, 4]  # training seeds of every compared variant (scripts/claims.py --seeds)
 
 
 @dataclass
@@ -71,6 +72,14 @@ class StudyResult:
     markdown: str
     data: dict
     figures: dict[str, object] = field(default_factory=dict)  # file stem -> matplotlib figure
+
+
+def reproduce(study: str, seeds: list[int], extra: str = "") -> str:
+    """The command (in backticks) that reruns ``study`` (``extra``: its part) with the seeds it ran with."""
+    cmd = f"nice -n 10 .venv/bin/python scripts/claims.py --studies {study}{extra}"
+    if list(seeds) != DEFAULT_SEEDS:
+        cmd += " --seeds " + ",".join(map(str, seeds))
+    return f"`{cmd}`"
 
 
 def compose(overrides: list[str]):

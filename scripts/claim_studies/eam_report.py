@@ -14,6 +14,7 @@ from claim_studies.common import (
     estimate,
     fmt,
     fmt_g,
+    reproduce,
     sign_of,
     table,
 )
@@ -260,7 +261,7 @@ def write_up(data: dict) -> StudyResult:
             "",
             "Methods: " + "; ".join(f"`{k}` = {v}" for k, v in LABELS.items()) + ".",
             "",
-            "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies eam`.",
+            f"Reproduce: {reproduce('eam', data['seeds'])}.",
             "",
             "## Precondition",
             "",

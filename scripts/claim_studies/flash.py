@@ -306,6 +306,7 @@ def run_testbed(tb: Testbed, ctx: Context) -> dict:
         "lrs": tb.lrs,
         "eta": tb.eta,
         "overrides": tb.overrides_for("flash", 0, tb.lrs[0], ctx.threads),
+        "seeds": ctx.seeds,  # the --seeds the confirmation seeds derive from
         "sweep_seeds": tb.sweep_seeds,
         "sweep": {},
         "runs": {},

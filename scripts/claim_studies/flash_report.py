@@ -7,6 +7,7 @@ import statistics
 import numpy as np
 
 from claim_studies.common import (
+    DEFAULT_SEEDS,
     INCONCLUSIVE,
     MIN_SEEDS,
     NOT_REPRODUCED,
@@ -16,6 +17,7 @@ from claim_studies.common import (
     estimate,
     fmt,
     paired,
+    reproduce,
     sign_of,
     table,
 )
@@ -351,7 +353,11 @@ def write_up(data: dict) -> StudyResult:
             "Evaluation: the mean reward of deterministic Euler ODE samples (the family's inference grid) from fixed "
             "initial latents, the same for every variant and step; a run *collapsed* when it ended below the base "
             "model's evaluation. Intervals: 95% Student t over seeds; differences are paired by seed.",
-            f"Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies flash`. Precondition: "
+            "Reproduce: "
+            + "; ".join(
+                reproduce("flash", res.get("seeds", DEFAULT_SEEDS), f" --testbeds {name}") for name, res in data.items()
+            )
+            + f". Precondition: "
             f"{summary['precondition']}.",
             "",
         ]

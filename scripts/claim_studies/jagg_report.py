@@ -16,6 +16,7 @@ from claim_studies.common import (
     estimate,
     fmt,
     paired,
+    reproduce,
     sign_of,
     table,
 )
@@ -204,7 +205,7 @@ def write_up(data: dict) -> StudyResult:
             " ".join(data["overrides"]),
             "```",
             "",
-            "Reproduce: `nice -n 10 .venv/bin/python scripts/claims.py --studies jagg`.",
+            f"Reproduce: {reproduce('jagg', data['seeds'])}.",
             "",
             "## Precondition: a realistic cosine",
             "",
