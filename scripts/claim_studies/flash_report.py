@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import textwrap
 
 import numpy as np
 
@@ -32,6 +33,11 @@ LABELS = {
     "fast1": "Flow-GRPO-Fast, window 1",
     "flow_grpo": "Flow-GRPO (full trajectory)",
 }
+
+
+def short_title(res: dict) -> str:
+    """A testbed's title wrapped for a plot panel."""
+    return "\n".join(textwrap.wrap(res["title"], 52))
 
 
 def grad_norm_cv(rows: list[dict]) -> float:
@@ -238,7 +244,7 @@ def figures(data: dict) -> dict:
             ax.set(
                 xlabel="compute / budget (forwards + 2 x backwards)",
                 ylabel="evaluation reward (ODE, fixed noise)",
-                title=f"{res['title']}\nmean over {len(res['runs']['flash']['seeds'])} seeds, band: 95% interval",
+                title=f"{short_title(res)}\nmean over {len(res['runs']['flash']['seeds'])} seeds, band: 95% interval",
             )
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7)
@@ -255,7 +261,9 @@ def figures(data: dict) -> dict:
             med = median_norms(norms)
             ks = sorted(med)
             ax.loglog([lam[k] for k in ks], [med[k] for k in ks], style, label=label)
-        ax.set(xlabel="lambda(t_k*)", ylabel="median |grad| / |advantage|", title=f"{res['title']}\nbefore training")
+        ax.set(
+            xlabel="lambda(t_k*)", ylabel="median |grad| / |advantage|", title=f"{short_title(res)}\nbefore training"
+        )
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
     fig.tight_layout()
