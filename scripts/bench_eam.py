@@ -80,12 +80,11 @@ def say(msg: str = "") -> None:
 # ------------------------------------------------------------------------------------------------- 1. cost
 def cost_model_overrides(config: str, device: str) -> list[str]:
     """``model.*`` overrides of the cost part: the twin as configured, or a variant folder of models/tiny_flux.py."""
-    from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER, materialize_tiny_flux_variant
+    from flux_bench_models import model_folder
 
     out = [f"model.device={device}"]
     if config != "twin":
-        transformer = {"tiny": TRANSFORMER, "wide": WIDE_TRANSFORMER}[config]
-        out.append(f"model.path={materialize_tiny_flux_variant(transformer)}")
+        out.append(f"model.path={model_folder(config)}")
     return out
 
 

@@ -40,34 +40,15 @@ from call_costs import describe, priced, probe_costs, record_update_calls  # noq
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-# FLUX_SMALL (docs/development.md#the-flux-small-configuration; in_channels 16 = the twin VAE's 4 channels packed
-# 2x2); text encoders widened so their outputs match joint_attention_dim / pooled_projection_dim = 64.
-FLUX_SMALL = dict(
-    patch_size=1,
-    in_channels=16,
-    num_layers=2,
-    num_single_layers=4,
-    attention_head_dim=32,
-    num_attention_heads=4,
-    joint_attention_dim=64,
-    pooled_projection_dim=64,
-    axes_dims_rope=[8, 12, 12],
-    guidance_embeds=True,
-)
-CLIP_SMALL = dict(hidden_size=64, intermediate_size=128, projection_dim=64)
-T5_SMALL = dict(d_model=64, d_kv=16, d_ff=128)
 METHODS = ("flash_grpo", "flow_grpo", "flow_grpo_fast")
 
 
 def model_folder(config: str) -> Path:
-    """The twin folder of ``--config`` (models/tiny_flux.py): text encoders, an untrained VAE (the VAE's colour
-    pre-training matters for what the reward sees, not for cost) and the chosen transformer; ``tiny`` and ``wide``
-    keep the twin's text encoders."""
-    from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER, materialize_tiny_flux_variant
+    """The folder of ``--config`` (scripts/flux_bench_models.py); ``small`` with its text inputs and encoders at width
+    64, ``tiny`` and ``wide`` with the twin's text encoders."""
+    from flux_bench_models import model_folder as folder
 
-    if config == "small":
-        return materialize_tiny_flux_variant(FLUX_SMALL, clip=CLIP_SMALL, t5=T5_SMALL)
-    return materialize_tiny_flux_variant({"tiny": TRANSFORMER, "wide": WIDE_TRANSFORMER}[config])
+    return folder(config, text_width=64 if config == "small" else None)
 
 
 def build_trainers(args, run_root: Path) -> dict:

@@ -56,42 +56,8 @@ os.environ.setdefault("WANDB_SILENT", "true")
 
 
 from call_costs import describe, priced, probe_costs, record_update_calls  # noqa: E402
+from flux_bench_models import CONFIGS, model_folder  # noqa: E402  (docs/development.md#the-flux-small-configuration)
 from launcher.config import compose  # noqa: E402
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
-from models.tiny_flux import WIDE_TRANSFORMER  # noqa: E402
-
-# FLUX "small" (docs/development.md#the-flux-small-configuration): 2 double + 4 single blocks, 4 heads x 32; text
-# widths match the tiny encoders.
-# "tiny" is the twin's own transformer (quick smoke runs); "wide" has FLUX.1-dev's block width (models/tiny_flux.py).
-CONFIGS = {
-    "small": dict(
-        patch_size=1,
-        in_channels=16,
-        num_layers=2,
-        num_single_layers=4,
-        attention_head_dim=32,
-        num_attention_heads=4,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        axes_dims_rope=[8, 12, 12],
-        guidance_embeds=True,
-    ),
-    "medium": dict(
-        patch_size=1,
-        in_channels=16,
-        num_layers=4,
-        num_single_layers=8,
-        attention_head_dim=32,
-        num_attention_heads=8,
-        joint_attention_dim=32,
-        pooled_projection_dim=32,
-        axes_dims_rope=[8, 12, 12],
-        guidance_embeds=True,
-    ),
-    "tiny": TINY_TRANSFORMER,
-    "wide": WIDE_TRANSFORMER,
-}
-
 
 # Per baseline: overrides of both trainers, then of the baseline (exact, on the steps JAGG trains) and of JAGG.
 SETUPS = {
@@ -106,14 +72,6 @@ SETUPS = {
         jagg=["method=jagg", "method.base=flow_grpo_fast", "method.window=4", "method.jagg_frac=1.0"],
     ),
 }
-
-
-def model_folder(config: str) -> Path:
-    """The tiny twin's text encoders and an untrained VAE with the chosen FLUX transformer, saved once like a hub
-    folder (models/tiny_flux.py)."""
-    from models.tiny_flux import materialize_tiny_flux_variant
-
-    return materialize_tiny_flux_variant(CONFIGS[config])
 
 
 class CPUClock:

@@ -40,7 +40,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from bench_jagg import CONFIGS  # noqa: E402  (the same FLUX-class configs as the other benches)
+from flux_bench_models import CONFIGS  # noqa: E402  (the same FLUX-class configs as the other benches)
 
 KINDS = {
     "_allgather_base_": "all_gather",

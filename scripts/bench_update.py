@@ -43,20 +43,18 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import torch  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from flux_bench_models import CONFIGS  # noqa: E402
 from launcher.config import compose  # noqa: E402
-from models.tiny_flux import TRANSFORMER as TINY_TRANSFORMER  # noqa: E402
-from models.tiny_flux import WIDE_TRANSFORMER  # noqa: E402
 
 BATCHED, ROWWISE = 8, 1
 
 
 def model_folder(config: str, double: int, single: int) -> Path:
-    """FLUX.1-dev's block width (``wide``; ``tiny``: the twin's, for a quick smoke run) at the chosen depth, with the
-    twin's text encoders and an untrained VAE, saved once like a hub folder (models/tiny_flux.py)."""
-    from models.tiny_flux import materialize_tiny_flux_variant
+    """FLUX.1-dev's block width (``wide``; ``tiny``: the twin's, for a quick smoke run) at the chosen depth
+    (scripts/flux_bench_models.py)."""
+    from flux_bench_models import model_folder as folder
 
-    base = WIDE_TRANSFORMER if config == "wide" else TINY_TRANSFORMER
-    return materialize_tiny_flux_variant({**base, "num_layers": double, "num_single_layers": single})
+    return folder(config, num_layers=double, num_single_layers=single)
 
 
 class UpdateProbe:
@@ -277,7 +275,7 @@ def main() -> None:
     else:
         speedup = statistics.median(comp["eager_update_s"]) / statistics.median(comp["compiled_update_s"])
         out.update(compile_speedup=speedup, compile_warmup_s=comp["warmup_s"], compile=comp)
-    blocks = WIDE_TRANSFORMER if args.config == "wide" else TINY_TRANSFORMER
+    blocks = CONFIGS[args.config]
     width = blocks["num_attention_heads"] * blocks["attention_head_dim"]
     out["config"] = {
         "ranks": args.ranks,

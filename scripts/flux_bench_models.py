@@ -1,0 +1,57 @@
+"""The FLUX-class transformers the benches run (docs/development.md#the-flux-small-configuration), each saved once
+with the tiny twin's text encoders and an untrained VAE, like a hub folder (models/tiny_flux.py); the VAE's colour
+pre-training matters for what a reward sees, not for cost.
+
+* ``small`` (the benches' default): 2 double + 4 single blocks, 4 heads x 32, 16 input channels (the twin VAE's 4
+  latent channels packed 2x2), RoPE axes (8, 12, 12), text width 32 as the twin's encoders;
+* ``medium``: 4 double + 8 single blocks, 8 heads x 32;
+* ``tiny``: the twin's own transformer (quick smoke runs); ``wide``: FLUX.1-dev's block width, 24 heads x 128.
+
+``text_width=64`` widens the transformer's text inputs and the CLIP / T5 encoders to match (bench_flash.py's and
+bench_nft.py's FLUX "small").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER
+
+SMALL: dict[str, Any] = dict(
+    patch_size=1,
+    in_channels=16,
+    num_layers=2,
+    num_single_layers=4,
+    attention_head_dim=32,
+    num_attention_heads=4,
+    joint_attention_dim=32,
+    pooled_projection_dim=32,
+    axes_dims_rope=[8, 12, 12],
+    guidance_embeds=True,
+)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "small": SMALL,
+    "medium": {**SMALL, "num_layers": 4, "num_single_layers": 8, "num_attention_heads": 8},
+    "tiny": TRANSFORMER,
+    "wide": WIDE_TRANSFORMER,
+}
+# the text encoders' sizes at a text width of 64 (hidden / projection and d_model = the transformer's text inputs)
+CLIP_64 = dict(hidden_size=64, intermediate_size=128, projection_dim=64)
+T5_64 = dict(d_model=64, d_kv=16, d_ff=128)
+
+
+def model_folder(config: str, text_width: int | None = None, **changes: Any) -> Path:
+    """The folder of ``CONFIGS[config]`` with ``changes`` to its keys (e.g. ``num_layers``); ``text_width=64``: the
+    wider text inputs and encoders above. ``model=tiny_flux model.path=<folder>`` loads it."""
+    from models.tiny_flux import materialize_tiny_flux_variant
+
+    transformer = {**CONFIGS[config], **changes}
+    if text_width is None:
+        return materialize_tiny_flux_variant(transformer)
+    if text_width != 64:
+        raise ValueError(
+            f"text_width: 64 or None (the twin's {CONFIGS['tiny']['joint_attention_dim']}), got {text_width}"
+        )
+    transformer.update(joint_attention_dim=64, pooled_projection_dim=64)
+    return materialize_tiny_flux_variant(transformer, clip=CLIP_64, t5=T5_64)
