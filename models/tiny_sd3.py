@@ -17,6 +17,8 @@ import torch
 
 from models.sd3 import SD3Backbone
 from models.tiny_flux import CLIP, WORDS
+from models.tiny_flux import T5 as FLUX_T5
+from models.tiny_flux import VAE as FLUX_VAE
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
@@ -38,35 +40,9 @@ TRANSFORMER: dict[str, Any] = dict(
     dual_attention_layers=(0,),
     qk_norm="rms_norm",
 )
-VAE: dict[str, Any] = dict(
-    in_channels=3,
-    out_channels=3,
-    down_block_types=["DownEncoderBlock2D"] * 2,
-    up_block_types=["UpDecoderBlock2D"] * 2,
-    block_out_channels=(8, 16),
-    layers_per_block=1,
-    latent_channels=16,
-    norm_num_groups=4,
-    use_quant_conv=False,
-    use_post_quant_conv=False,
-    shift_factor=0.0609,
-    scaling_factor=1.5305,
-    sample_size=32,
-)
-T5: dict[str, Any] = dict(
-    d_model=64,
-    d_kv=8,
-    d_ff=37,
-    num_layers=2,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    dropout_rate=0.0,
-    pad_token_id=0,
-    eos_token_id=1,
-    decoder_start_token_id=0,
-    feed_forward_proj="gated-gelu",
-    is_encoder_decoder=True,
-)
+# the FLUX twin's VAE and T5 (diffusers' own model-test sizes) with SD3.5's 16 latent channels and a text width of 64
+VAE: dict[str, Any] = {**FLUX_VAE, "latent_channels": 16, "scaling_factor": 1.5305}
+T5: dict[str, Any] = {**FLUX_T5, "d_model": 64}
 SCHEDULER: dict[str, Any] = dict(num_train_timesteps=1000, shift=3.0)  # stabilityai/stable-diffusion-3.5-medium
 CLIP_TOKENS = 16  # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
 VAE_PRETRAIN_STEPS = 0  # see the module docstring

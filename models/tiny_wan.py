@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from models.tiny_flux import WORDS
+from models.tiny_flux import T5, WORDS
 from models.tiny_tokenizers import make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 from models.wan import WanBackbone
@@ -44,19 +44,7 @@ VAE: dict[str, Any] = dict(
     latents_mean=[0.0] * 16,
     latents_std=[1.0] * 16,
 )
-UMT5: dict[str, Any] = dict(
-    d_model=32,
-    d_kv=8,
-    d_ff=37,
-    num_layers=2,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    dropout_rate=0.0,
-    pad_token_id=0,
-    eos_token_id=1,
-    decoder_start_token_id=0,
-    feed_forward_proj="gated-gelu",
-)
+UMT5: dict[str, Any] = {k: v for k, v in T5.items() if k != "is_encoder_decoder"}  # the FLUX twin's T5, encoder only
 # Wan-AI/Wan2.1-T2V-1.3B-Diffusers scheduler (flow_shift 3.0 for 480p)
 SCHEDULER: dict[str, Any] = dict(
     prediction_type="flow_prediction",
