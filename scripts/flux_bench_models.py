@@ -18,18 +18,14 @@ from typing import Any
 
 from models.tiny_flux import TRANSFORMER, WIDE_TRANSFORMER
 
-SMALL: dict[str, Any] = dict(
-    patch_size=1,
-    in_channels=16,
-    num_layers=2,
-    num_single_layers=4,
-    attention_head_dim=32,
-    num_attention_heads=4,
-    joint_attention_dim=32,
-    pooled_projection_dim=32,
-    axes_dims_rope=[8, 12, 12],
-    guidance_embeds=True,
-)
+# the twin's transformer with 4 single blocks and 4 heads x 32 (RoPE axes summing to the head width)
+SMALL: dict[str, Any] = {
+    **TRANSFORMER,
+    "num_single_layers": 4,
+    "attention_head_dim": 32,
+    "num_attention_heads": 4,
+    "axes_dims_rope": [8, 12, 12],
+}
 CONFIGS: dict[str, dict[str, Any]] = {
     "small": SMALL,
     "medium": {**SMALL, "num_layers": 4, "num_single_layers": 8, "num_attention_heads": 8},
