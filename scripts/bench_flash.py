@@ -48,7 +48,7 @@ def model_folder(config: str) -> Path:
     64, ``tiny`` and ``wide`` with the twin's text encoders."""
     from flux_bench_models import model_folder as folder
 
-    return folder(config, text_width=64 if config == "small" else None)
+    return folder(config, wide_text=config == "small")
 
 
 def build_trainers(args, run_root: Path) -> dict:

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [s for s in names if s not in STUDIES]
     if unknown:
         p.error(f"--studies: unknown {unknown}; choose from {', '.join(STUDIES)}")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    requested = seeds = [int(s) for s in args.seeds.split(",")]
     if args.quick:
         seeds = seeds[:2]
     out = Path(args.out) if args.out else ROOT / ("outputs/claims_quick" if args.quick else "docs/results")
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 "scripts/claims.py"
                 + (" --quick" if args.quick else "")
                 + f" --studies {name}"
-                + (f" --seeds {args.seeds}" if [int(s) for s in args.seeds.split(",")] != DEFAULT_SEEDS else "")
+                + (f" --seeds {args.seeds}" if requested != DEFAULT_SEEDS else "")
                 + (f" --lambdas {args.lambdas}" if args.lambdas else "")
                 + (f" --testbeds {args.testbeds}" if args.testbeds else "")
             )

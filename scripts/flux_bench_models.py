@@ -7,7 +7,7 @@ pre-training matters for what a reward sees, not for cost.
 * ``medium``: 4 double + 8 single blocks, 8 heads x 32;
 * ``tiny``: the twin's own transformer (quick smoke runs); ``wide``: FLUX.1-dev's block width, 24 heads x 128.
 
-``text_width=64`` widens the transformer's text inputs and the CLIP / T5 encoders to match (bench_flash.py's and
+``wide_text`` widens the transformer's text inputs to 64 and the CLIP / T5 encoders to match (bench_flash.py's and
 bench_nft.py's FLUX "small").
 """
 
@@ -37,17 +37,13 @@ CLIP_64 = dict(hidden_size=64, intermediate_size=128, projection_dim=64)
 T5_64 = dict(d_model=64, d_kv=16, d_ff=128)
 
 
-def model_folder(config: str, text_width: int | None = None, **changes: Any) -> Path:
-    """The folder of ``CONFIGS[config]`` with ``changes`` to its keys (e.g. ``num_layers``); ``text_width=64``: the
-    wider text inputs and encoders above. ``model=tiny_flux model.path=<folder>`` loads it."""
+def model_folder(config: str, wide_text: bool = False, **changes: Any) -> Path:
+    """The folder of ``CONFIGS[config]`` with ``changes`` to its keys (e.g. ``num_layers``); ``wide_text``: the text
+    inputs and encoders at width 64 (above). ``model=tiny_flux model.path=<folder>`` loads it."""
     from models.tiny_flux import materialize_tiny_flux_variant
 
     transformer = {**CONFIGS[config], **changes}
-    if text_width is None:
+    if not wide_text:
         return materialize_tiny_flux_variant(transformer)
-    if text_width != 64:
-        raise ValueError(
-            f"text_width: 64 or None (the twin's {CONFIGS['tiny']['joint_attention_dim']}), got {text_width}"
-        )
     transformer.update(joint_attention_dim=64, pooled_projection_dim=64)
     return materialize_tiny_flux_variant(transformer, clip=CLIP_64, t5=T5_64)

@@ -111,3 +111,36 @@ def test_report_only_rebuilds_the_same_pages(quick, tmp_path):
 
 def data_figures(page: str) -> list[str]:
     return [line.split("](", 1)[1].rstrip(")") for line in page.splitlines() if line.startswith("![")]
+
+
+def _study_helpers():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from claim_studies.common import estimate, reproduce
+    from claim_studies.jagg_report import interpolation_verdict
+
+    return estimate, reproduce, interpolation_verdict
+
+
+@pytest.mark.parametrize(
+    ("nearest_offset", "verdict"),
+    [(-0.01, "reproduced"), (0.01, "not reproduced"), (0.0, "inconclusive at this scale")],
+)
+def test_the_interpolation_share_is_judged_against_nearest_endpoint(nearest_offset, verdict):
+    """JAGG above nearest-endpoint on every seed reproduces the claim's second half, below refutes it, level (the
+    per-seed differences straddling 0) leaves it open; with fewer than 5 seeds there is no verdict."""
+    estimate, _, interpolation_verdict = _study_helpers()
+    jagg = [0.70, 0.72, 0.71, 0.73, 0.69]
+    noise = [0.001, -0.001, 0.002, -0.002, 0.0] if nearest_offset == 0 else [0.0] * 5
+    nearest = [j + nearest_offset + n + 0.0005 * i for i, (j, n) in enumerate(zip(jagg, noise))]
+    stats = {"jagg": {"final": estimate(jagg)}, "nearest_endpoint": {"final": estimate(nearest)}}
+    got, _, diff = interpolation_verdict({"seeds": list(range(5))}, stats)
+    assert got == verdict and diff is not None and diff.n == 5
+    few, _, none = interpolation_verdict({"seeds": [0, 1]}, stats)
+    assert few == "inconclusive at this scale" and none is None
+
+
+def test_a_study_page_reproduces_with_the_seeds_it_ran():
+    _, reproduce, _ = _study_helpers()
+    assert "--seeds" not in reproduce("jagg", [0, 1, 2, 3, 4])
+    assert reproduce("jagg", list(range(10, 20))).endswith("--studies jagg --seeds 10,11,12,13,14,15,16,17,18,19`")
+    assert "--testbeds twin --seeds 0,1" in reproduce("flash", [0, 1], " --testbeds twin")

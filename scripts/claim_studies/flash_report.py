@@ -8,7 +8,6 @@ import textwrap
 import numpy as np
 
 from claim_studies.common import (
-    DEFAULT_SEEDS,
     INCONCLUSIVE,
     MIN_SEEDS,
     NOT_REPRODUCED,
@@ -362,9 +361,7 @@ def write_up(data: dict) -> StudyResult:
             "initial latents, the same for every variant and step; a run *collapsed* when it ended below the base "
             "model's evaluation. Intervals: 95% Student t over seeds; differences are paired by seed.",
             "Reproduce: "
-            + "; ".join(
-                reproduce("flash", res.get("seeds", DEFAULT_SEEDS), f" --testbeds {name}") for name, res in data.items()
-            )
+            + "; ".join(reproduce("flash", res["seeds"], f" --testbeds {name}") for name, res in data.items())
             + f". Precondition: "
             f"{summary['precondition']}.",
             "",

@@ -21,7 +21,7 @@ from claim_studies.common import (
     table,
 )
 from claim_studies.jagg import VARIANTS, cosines
-from launcher.compare.stats import curve_interval
+from launcher.compare.stats import Estimate, curve_interval
 
 LABELS = {
     "jagg": "JAGG",
@@ -82,16 +82,16 @@ def verdict_of(data: dict, stats: dict) -> tuple[str, str, float]:
     return INCONCLUSIVE, f"the interval of JAGG minus exact straddles -{MARGIN:.0%} of the exact gain", margin
 
 
-def interpolation_verdict(data: dict) -> tuple[str, str, object]:
+def interpolation_verdict(data: dict, stats: dict) -> tuple[str, str, Estimate | None]:
     """The claim's second half: the t-interpolation does the work, i.e. JAGG ends above the nearest-endpoint ablation
     (the same two backward passes, each step's upstream gradient sent whole to the nearer endpoint)."""
-    runs = data["runs"]
-    if "nearest_endpoint" not in runs or len(data["seeds"]) < MIN_SEEDS:
+    if "nearest_endpoint" not in stats or len(data["seeds"]) < MIN_SEEDS:
         return INCONCLUSIVE, "the nearest-endpoint ablation was not trained on enough seeds", None
-    d = paired([r["evals"][-1][3] for r in runs["jagg"]], [r["evals"][-1][3] for r in runs["nearest_endpoint"]])
-    if d.has_interval and d.lo > 0:
+    d = paired(list(stats["jagg"]["final"].values), list(stats["nearest_endpoint"]["final"].values))
+    sign = sign_of(d)
+    if sign > 0:
         return REPRODUCED, "JAGG ends above nearest-endpoint", d
-    if d.has_interval and d.hi < 0:
+    if sign < 0:
         return NOT_REPRODUCED, "nearest-endpoint ends above JAGG", d
     return INCONCLUSIVE, "JAGG and nearest-endpoint end level", d
 
@@ -184,7 +184,9 @@ def write_up(data: dict) -> StudyResult:
     else:
         verdict, reason, margin = INCONCLUSIVE, "no regime with a realistic cosine was found", float("nan")
     claim = "JAGG's 2 backward passes per group of W keep the exact gradient's quality (arXiv:2607.17572)"
-    interp, interp_reason, interp_diff = interpolation_verdict(data) if stats else (INCONCLUSIVE, "not trained", None)
+    interp, interp_reason, interp_diff = (
+        interpolation_verdict(data, stats) if stats else (INCONCLUSIVE, "not trained", None)
+    )
     chosen = pre["chosen"]
     figures_text = (
         f"JAGG − exact {fmt(stats['jagg']['diff'], 4)} (margin −{margin:.4f}); endpoints_only − exact "
