@@ -23,12 +23,22 @@ import datetime
 import importlib
 import json
 import math
+import os
 import platform
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+# the studies' process settings, set by this entry point (not on import, so a test importing the studies' helpers
+# leaves its process's environment alone: SLURM jobs it submits later inherit it)
+os.environ.update(
+    HF_HUB_OFFLINE="1",
+    TRANSFORMERS_OFFLINE="1",
+    WANDB_MODE="disabled",
+    HF_HUB_DISABLE_PROGRESS_BARS="1",
+    TOKENIZERS_PARALLELISM="false",
+)
 
 from claim_studies.common import DEFAULT_SEEDS, ROOT, Context, StudyResult, table  # noqa: E402
 

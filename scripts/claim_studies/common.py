@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,13 +20,6 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ.update(
-    HF_HUB_OFFLINE="1",
-    TRANSFORMERS_OFFLINE="1",
-    WANDB_MODE="disabled",
-    HF_HUB_DISABLE_PROGRESS_BARS="1",
-    TOKENIZERS_PARALLELISM="false",
-)
 
 from launcher.compare.stats import Estimate, estimate  # noqa: E402
 
