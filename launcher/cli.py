@@ -29,7 +29,7 @@ def _run_info(cfg: DictConfig):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
-    from launcher.trainer import RunInfo
+    from launcher.train.trainer import RunInfo
 
     hc = HydraConfig.get()
     overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger."))]
@@ -43,12 +43,12 @@ def _run_info(cfg: DictConfig):
 
 def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
-    from launcher import preemption
+    from launcher.checkpoint import preemption
 
     preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))  # before the slow imports: see preemption.py
     if info is None and cfg.cluster.name == "local":
         _lock_run_dir_early()
-    from launcher.trainer import Trainer, TrainingAborted
+    from launcher.train.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
     try:
@@ -66,7 +66,7 @@ def run(cfg: DictConfig, info=None) -> float:
         import time
         import traceback
 
-        from launcher.job_logs import RankFailure, other_ranks_report
+        from launcher.cluster.job_logs import RankFailure, other_ranks_report
 
         # Hydra keeps a task's exception inside its JobReturn without printing it: every rank writes its own
         # traceback to its log first, so the rank that failed first has the cause in its log.
@@ -83,10 +83,10 @@ def run(cfg: DictConfig, info=None) -> float:
 
 def _lock_run_dir_early() -> None:
     """A single-process run (this process is rank 0) locks its run dir before the slow imports, so a second start in
-    the same run dir fails within seconds; the trainer adopts the lock (launcher/run_lock.py)."""
+    the same run dir fails within seconds; the trainer adopts the lock (launcher/checkpoint/run_lock.py)."""
     from hydra.core.hydra_config import HydraConfig
 
-    from launcher.run_lock import RunDirBusy, lock_before_start
+    from launcher.checkpoint.run_lock import RunDirBusy, lock_before_start
 
     try:
         lock_before_start(HydraConfig.get().runtime.output_dir)
@@ -96,7 +96,7 @@ def _lock_run_dir_early() -> None:
 
 def _report(message: str, exit_code: int) -> NoReturn:
     """End the run with a one-paragraph message on stderr, kept in the run's log file too."""
-    from launcher.log_files import log_to_files
+    from launcher.tracking.log_files import log_to_files
 
     print(f"rewardflow: {message}", file=sys.stderr)
     log_to_files(log, logging.ERROR, message)
@@ -138,7 +138,7 @@ def main() -> None:
     line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
     args = sys.argv[1:]
     if "--plan" in args or "plan=true" in args or "+plan=true" in args:
-        from launcher.memory_plan import main as plan_main
+        from launcher.plan.cli import main as plan_main
 
         overrides = [a for a in args if a not in ("--plan", "plan=true", "+plan=true", "-m", "--multirun")]
         sys.exit(plan_main(overrides))

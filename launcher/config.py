@@ -21,8 +21,8 @@ from typing import Any, Iterator
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from launcher.eval_config import EvalConfig
-from launcher.trainer_config import OptimizerConfig, TrainerConfig
+from launcher.train.eval_config import EvalConfig
+from launcher.train.trainer_config import OptimizerConfig, TrainerConfig
 
 #: the packages whose ``*_config`` modules hold component configs
 PACKAGES = ("launcher", "methods", "models", "rewards")
@@ -44,12 +44,19 @@ class TrainConfig:
 
 
 def config_modules() -> Iterator[ModuleType]:
-    """Every ``<package>.<name>_config`` module of :data:`PACKAGES`, in a stable order."""
+    """Every ``<package>.<name>_config`` module of :data:`PACKAGES` and of their subpackages (``launcher.train``,
+    ``launcher.tracking``, ...), in a stable order."""
     for package in PACKAGES:
-        path = importlib.import_module(package).__path__
-        for info in sorted(pkgutil.iter_modules(path), key=lambda i: i.name):
-            if info.name.endswith("_config"):
-                yield importlib.import_module(f"{package}.{info.name}")
+        yield from _config_modules_under(package)
+
+
+def _config_modules_under(package: str) -> Iterator[ModuleType]:
+    module = importlib.import_module(package)
+    for info in sorted(pkgutil.iter_modules(module.__path__), key=lambda i: i.name):
+        if info.ispkg:
+            yield from _config_modules_under(f"{package}.{info.name}")
+        elif info.name.endswith("_config"):
+            yield importlib.import_module(f"{package}.{info.name}")
 
 
 def all_schemas() -> dict[str, dict[str, type]]:

@@ -15,15 +15,15 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher import lr_schedule
+from launcher.checkpoint.resume import check_resume_from
+from launcher.cluster.device_check import check_devices
+from launcher.cluster.mesh import check_mesh_config
 from launcher.components import component_class
-from launcher.data import split_prompts
-from launcher.device_check import check_devices
-from launcher.ema import ParameterEMA
-from launcher.evaluation import Evaluator
-from launcher.mesh import check_mesh_config
-from launcher.resume import check_resume_from
 from launcher.strict_keys import check_keys
+from launcher.train import lr_schedule
+from launcher.train.data import split_prompts
+from launcher.train.ema import ParameterEMA
+from launcher.train.evaluation import Evaluator
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
 

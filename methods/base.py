@@ -1,6 +1,6 @@
 """The method interface: what one trainer loop needs from any reward fine-tuning method.
 
-The loop in :mod:`launcher.trainer` runs, for every step::
+The loop in :mod:`launcher.train.trainer` runs, for every step::
 
     rollout = method.rollout(prompts, generator)        # sample, no grad        (time/rollout_s)
     method.score(rollout, reward)                       # rewards                 (time/reward_s)
@@ -8,7 +8,7 @@ The loop in :mod:`launcher.trainer` runs, for every step::
     for update in method.update_plan(rollout, gen):     # ... one optimizer step per update
         for chunk in update:                            # the built-in methods: one chunk per update
             method.backward(rollout, chunk, n)          # forward + backward, grads accumulate
-        clip, step (or skip), zero_grad                 # one host sync per update (launcher/update_loop.py)
+        clip, step (or skip), zero_grad                 # one host sync per update (launcher/train/update_loop.py)
     method.end_step(step)                               # after the updates (e.g. move a lagging sampling policy)
     log(method.step_metrics(), reward.step_metrics())   # optional extra metrics
 
@@ -184,4 +184,4 @@ class Method(abc.ABC):
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Forward + backward of the loss of ``samples`` (gradients accumulate), normalised so the whole update's
         gradient is the mean over its ``update_size`` samples. Returns per-sample sums of statistics as device
-        tensors (nothing read back to the host; a non-finite ``loss`` skips the update; launcher/update_loop.py)."""
+        tensors (nothing read back to the host; a non-finite ``loss`` skips the update; launcher/train/update_loop.py)."""

@@ -86,7 +86,7 @@ def chunked_sde_step(
 
 
 def display_copy(images: torch.Tensor) -> torch.Tensor:
-    """8-bit host copy of images in [0, 1], what the image grids need (launcher/plots.py reads it back)."""
+    """8-bit host copy of images in [0, 1], what the image grids need (launcher/tracking/plots.py reads it back)."""
     return (images.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
 

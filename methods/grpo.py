@@ -286,7 +286,7 @@ def accumulate_stats(
     totals: dict[str, torch.Tensor], loss: torch.Tensor, stats: dict[str, torch.Tensor], weight: float
 ) -> None:
     """Add per-sample sums (weighted, e.g. by 1/T) so the trainer can average them over samples; device tensors,
-    read back once per step by the trainer (launcher/update_loop.py)."""
+    read back once per step by the trainer (launcher/train/update_loop.py)."""
     sums = {
         "loss": loss.detach().sum(),
         "policy/clip_frac": stats["clipped"].sum(),

@@ -1,5 +1,5 @@
 """Parameter inventory of each family's transformer from its config alone (no torch, no weights): every linear layer
-of the root and of each block type (one FSDP unit each), so the memory planner (``launcher/memory_plan.py``) knows
+of the root and of each block type (one FSDP unit each), so the memory planner (``launcher/plan/memory_plan.py``) knows
 the parameter count, the largest unit that FSDP gathers at once, the LoRA adapter size for any ``model.lora_targets``
 and the hidden width, in milliseconds. tests/test_memory_plan.py checks every count against the diffusers class
 built on the meta device, at published and tiny sizes.
@@ -214,5 +214,5 @@ def wan(c: dict) -> Inventory:
     )
 
 
-#: family key (launcher/memory_plan.py FAMILY_OF_MODULE) -> inventory builder
+#: family key (launcher/plan/model_sizes.py FAMILY_OF_MODULE) -> inventory builder
 INVENTORIES = {"flux": flux, "sd3": sd3, "qwenimage": qwenimage, "wan": wan}

@@ -1,5 +1,5 @@
 """The four families' published transformer configs, as diffusers' constructor arguments. Plain data (no torch
-import), so the memory planner (``launcher/memory_plan.py``) reads them in a fraction of a second; the GPU check and
+import), so the memory planner (``launcher/plan/memory_plan.py``) reads them in a fraction of a second; the GPU check and
 the benches build the models from them (``models/real_transformers.py``).
 """
 

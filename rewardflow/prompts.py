@@ -1,5 +1,5 @@
 """The prompt list of a run's ``data`` config (``data.prompts`` inline, or the file at ``data.path``), read the same way
-by the prompt source (:mod:`launcher.data`) and by the config checks of components that need the prompts (a reward
+by the prompt source (:mod:`launcher.train.data`) and by the config checks of components that need the prompts (a reward
 that scores a colour named in each prompt)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What loading checkpoints as plain data costs: DCP's own load against rewardflow's (``launcher/safe_dcp.py``: the
+"""What loading checkpoints as plain data costs: DCP's own load against rewardflow's (``launcher/checkpoint/safe_dcp.py``: the
 restricted ``.metadata`` unpickler and ``weights_only`` for non-tensor entries), and the cheap check that runs before
 each resume (``CheckpointManager.problem``), measured side by side in one process.
 
@@ -24,8 +24,8 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
-from launcher.checkpoint import CheckpointManager
-from launcher.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
+from launcher.checkpoint.manager import CheckpointManager
+from launcher.checkpoint.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
 from rewardflow.distributed import World
 
 

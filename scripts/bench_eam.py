@@ -66,7 +66,7 @@ COST_VARIANTS = {
 
 def make_trainer(overrides: list[str]):
     from launcher.cli import _quiet_libraries
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     _quiet_libraries()
     cfg = compose(["logger=none", "trainer.progress=false", "trainer.sample_every=0", *overrides])

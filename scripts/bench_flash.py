@@ -53,7 +53,7 @@ def model_folder(config: str) -> Path:
 
 def build_trainers(args, run_root: Path) -> dict:
     from launcher.config import compose
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     common = [
         "logger=none",

@@ -1,6 +1,6 @@
 """Speed of JAGG against its baseline at the paper's settings, measured side by side in one process.
 
-Two trainers (the real loop of launcher/trainer.py) over the same FLUX-class model take turns step by step (the order
+Two trainers (the real loop of launcher/train/trainer.py) over the same FLUX-class model take turns step by step (the order
 alternates every round): one runs the baseline exactly on the steps JAGG trains, the other ``method=jagg`` over it,
 both at the same ``method.update_batch`` (``--update-batch``, rows per transformer call of the update;
 docs/performance.md). ``--base`` picks the pair:
@@ -127,7 +127,7 @@ def main() -> None:
     ap.add_argument("--device", default="auto", help="model.device: auto (cuda if available), cpu or cuda")
     args = ap.parse_args()
 
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     folder = model_folder(args.config)
     common = [

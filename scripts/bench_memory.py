@@ -112,8 +112,8 @@ def rank_main(rank: int, world: int, port: int, device: str, folder: str, case: 
     from omegaconf import OmegaConf
 
     import models.sharded_load as sharded_load
-    from launcher.memory_plan import plan
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.plan.memory_plan import plan
+    from launcher.train.trainer import RunInfo, Trainer
 
     extra = {
         "full": ["model.finetune=full"],
@@ -171,7 +171,7 @@ def rollout_peak(samples: int, chunk: int, size: int, device: str) -> tuple[int,
     """(peak increase of rollout + decode + reward, bytes of the kept trajectory states), one process."""
     import torch
 
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose(
         [

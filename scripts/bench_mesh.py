@@ -2,7 +2,7 @@
 (``cluster.mesh=hsdp``), measured on the process groups, side by side in one run.
 
 ``--nodes`` x ``--ranks-per-node`` processes (gloo on the CPU, NCCL with ``--device cuda``) pose as that many nodes
-(``LOCAL_WORLD_SIZE`` as SLURM + submitit export it, so ``launcher.mesh.build_mesh`` puts one node in each HSDP shard
+(``LOCAL_WORLD_SIZE`` as SLURM + submitit export it, so ``launcher.cluster.mesh.build_mesh`` puts one node in each HSDP shard
 group). Each builds the same FLUX-class transformer, shards it with ``FluxBackbone.shard_transformer`` on each
 mesh in turn and runs one training step (forward, backward, optimizer step) under a ``TorchDispatchMode`` that sees
 every ``c10d`` collective FSDP2 issues, with its process group and tensors. A collective *crosses nodes* when its group
@@ -94,7 +94,7 @@ def _one_step(mesh_kind: str, config: str, device: str, ranks_per_node: int, see
     from diffusers import FluxTransformer2DModel
     from omegaconf import OmegaConf
 
-    from launcher.mesh import build_mesh, describe
+    from launcher.cluster.mesh import build_mesh, describe
     from models.flux import FluxBackbone
     from rewardflow.distributed import current_world
 

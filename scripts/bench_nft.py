@@ -44,7 +44,7 @@ METHODS = ("diffusion_nft", "flow_grpo", "flow_grpo_fast")
 def build_trainers(args, run_root: Path) -> dict:
     from bench_flash import model_folder
     from launcher.config import compose
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     common = [
         "logger=none",

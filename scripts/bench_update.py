@@ -1,7 +1,7 @@
 """Speed of the update phase with batched trained steps, measured side by side on 2 FSDP2 ranks.
 
 Two processes (gloo on the CPU; NCCL with ``--device cuda``, one GPU per rank) run the real trainer
-(launcher/trainer.py) with DanceGRPO on a FLUX.1 transformer at FLUX.1-dev's published block width (24 heads x 128
+(launcher/train/trainer.py) with DanceGRPO on a FLUX.1 transformer at FLUX.1-dev's published block width (24 heads x 128
 = 3072, its MLP ratio and modulation; ``--double`` / ``--single`` blocks, 1 + 1 by default) on the tiny twin's text
 encoders and VAE, LoRA r32 on the attention projections as conf/model/flux.yaml. Every round trains the same step
 twice, once with ``method.update_batch=8`` (the step's trained rows packed 8 per transformer call) and once with
@@ -11,7 +11,7 @@ every block's weights in the forward and again in the backward, which batching p
 
 Measured per round, on rank 0 (the ranks run in lockstep): the update phase's wall-clock time (``time/update_s``:
 advantages, backward calls, clipping, optimizer step), the transformer calls during it, and the host syncs per
-optimizer update (launcher/host_syncs.py). Then, unless ``--no-compile``, the same trainer is rebuilt with
+optimizer update (launcher/train/host_syncs.py). Then, unless ``--no-compile``, the same trainer is rebuilt with
 ``model.compile=true`` (each block compiled in place) and the update at ``update_batch=8`` is timed eager vs compiled
 (``compile_speedup`` = eager / compiled; the first compiled steps, which compile, are not timed). Ratios are medians
 over rounds of the round's paired ratio. The last output line is one JSON object.
@@ -61,7 +61,7 @@ class UpdateProbe:
     """Wraps the trainer's update loop: transformer calls and host syncs while it runs."""
 
     def __init__(self, trainer):
-        from launcher.host_syncs import HostSyncCounter
+        from launcher.train.host_syncs import HostSyncCounter
 
         self.trainer, self.calls, self.syncs, self.updates = trainer, 0, 0, 0
         run = trainer.updates.run
@@ -102,7 +102,7 @@ def worker(rank: int, world: int, port: int, args, folder: str, out_dir: str) ->
     )
     result: dict = {}
     try:
-        from launcher.trainer import RunInfo, Trainer
+        from launcher.train.trainer import RunInfo, Trainer
 
         overrides = [
             "logger=none",
@@ -176,7 +176,7 @@ def worker(rank: int, world: int, port: int, args, folder: str, out_dir: str) ->
 
 def compiled_update_times(overrides: list[str], run_dir: Path, args, rank: int) -> dict:
     """Update time at update_batch=8 of the trainer rebuilt with ``model.compile=true``, after the compiling steps."""
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     compiled = Trainer(compose([*overrides, "model.compile=true"]), RunInfo(run_dir=run_dir.with_name("compiled")))
     UpdateProbe(compiled)  # the same instrumentation as the eager trainer

@@ -15,13 +15,13 @@ tokens n1 or n2, text tokens t1 or t2; one row):
 
 A block kind's figure is the call's figure minus the root-only call's, and ``bytes = a_img * n + a_txt * t + c`` is
 solved from the three sizes (exactly: three equations, three unknowns); the root gets its own fit. The planner
-(launcher/memory_plan.py) scales these per-token bytes by rows, tokens, depth and compute dtype. Memory is measured as
+(launcher/plan/memory_plan.py) scales these per-token bytes by rows, tokens, depth and compute dtype. Memory is measured as
 scripts/memory_probe.py says (anonymous RSS, file pages excluded).
 
     MALLOC_MMAP_THRESHOLD_=65536 .venv/bin/python scripts/calibrate_memory.py               # every family, ~15 min
     .venv/bin/python scripts/calibrate_memory.py --families flux --write                     # rewrite the table
 
-``--write`` replaces ``launcher/memory_coefficients.py`` with the fitted table (keeping its docstring's method note).
+``--write`` replaces ``launcher/plan/coefficients.py`` with the fitted table (keeping its docstring's method note).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from launcher.memory_plan import LORA_CALIBRATED_TARGETS  # noqa: E402
+from launcher.plan.activations import LORA_CALIBRATED_TARGETS  # noqa: E402
 from memory_probe import MALLOC_ENV, PeakProbe, malloc_env  # noqa: E402
 
 #: per family: the published config and the reduced-depth variants (unit name -> config overrides)
@@ -226,7 +226,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--families", nargs="+", default=list(VARIANTS))
     p.add_argument("--vaes", nargs="*", default=list(VAES))
-    p.add_argument("--write", action="store_true", help="rewrite launcher/memory_coefficients.py")
+    p.add_argument("--write", action="store_true", help="rewrite launcher/plan/coefficients.py")
     args = p.parse_args()
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()):
         os.execve(sys.executable, [sys.executable, *sys.argv], malloc_env())  # malloc settings at start-up
@@ -245,7 +245,7 @@ def main() -> None:
 
 
 def write_table(fits: dict, vaes: dict) -> None:
-    from launcher import memory_coefficients
+    from launcher.plan import coefficients as memory_coefficients
 
     table = {**memory_coefficients.ACTIVATION_BYTES, **fits}
     vae = {**memory_coefficients.VAE_DECODE_BYTES, **vaes}

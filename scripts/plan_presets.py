@@ -43,7 +43,8 @@ FAMILIES = [
 
 
 def rows(gpus: int, mem: float) -> list[tuple[str, object, float]]:
-    from launcher.memory_plan import compose_runs, plan_with_fixes
+    from launcher.plan.cli import compose_runs
+    from launcher.plan.fixes import plan_with_fixes
 
     presets = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
     out = []
@@ -62,7 +63,7 @@ def main() -> None:
     p.add_argument("--gpu-mem-gb", type=float, default=80.0)
     p.add_argument("--tables", action="store_true", help="also print each run's full plan")
     args = p.parse_args()
-    from launcher.memory_plan import GiB
+    from launcher.plan.memory_plan import GiB
 
     results = rows(args.gpus, args.gpu_mem_gb)
     print(

@@ -45,7 +45,7 @@ VARIANTS = {
 
 def build(variant: str, seed: int, steps: int, out: Path, extra: list[str]):
     from launcher.config import compose
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose(
         [

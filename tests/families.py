@@ -51,7 +51,7 @@ FAMILIES = {name: Family(name) for name in NAMES}
 def real_family_overrides(overrides: list[str]) -> list[str]:
     """What makes a real family's config (``model=flux`` or a paper preset) validate on this GPU-less test machine:
     its tiny twin's folder as ``model.path`` (same layout as the published checkpoint) and ``model.allow_cpu=true``."""
-    from launcher.device_check import is_real_family
+    from launcher.cluster.device_check import is_real_family
 
     model = OmegaConf.to_object(compose(overrides).model)
     if not is_real_family(model):

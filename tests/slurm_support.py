@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.wandb_offline import find_offline_runs, read_offline_run
+from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 
 
 def slurm_up() -> bool:

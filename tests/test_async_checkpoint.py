@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from dist_utils import run_distributed
-from launcher.checkpoint import CheckpointManager
+from launcher.checkpoint.manager import CheckpointManager
 from rewardflow.distributed import current_world
 
 

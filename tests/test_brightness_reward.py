@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.brightness import BrightnessReward

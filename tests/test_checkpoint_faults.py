@@ -17,9 +17,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 
 from conftest import compose
-from launcher import rng_state
-from launcher.checkpoint import CheckpointManager, NoUsableCheckpoint
-from launcher.trainer import RunInfo, Trainer
+from launcher.checkpoint import rng_state
+from launcher.checkpoint.manager import CheckpointManager, NoUsableCheckpoint
+from launcher.train.trainer import RunInfo, Trainer
 from rewardflow.distributed import World
 
 RUN = [

@@ -37,7 +37,7 @@ def one_step(overrides: list[str], run_dir) -> dict:
     """A trainer's step, phase by phase: rollout, rewards, advantages, and the gradients of the first update."""
     from torch.distributed.tensor import DTensor
 
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     trainer = Trainer(
         compose(["logger=none", "trainer.sample_every=0", "trainer.threads=1", *overrides]), RunInfo(run_dir=run_dir)
@@ -141,7 +141,7 @@ def test_chunked_soc_toy_equals_one_call_in_float64(method, tmp_path):
 def test_image_copies_are_kept_only_on_steps_that_draw_a_grid(tmp_path):
     """``score`` keeps the 8-bit image copies on the steps that draw an image grid (trainer.sample_every, and the last
     step), and on no other: there they would only make a step's host memory grow with its batch."""
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose(
         ["logger=none", "trainer.steps=3", "trainer.sample_every=2", "trainer.progress=false", "trainer.threads=1"]

@@ -99,7 +99,7 @@ def test_an_unwritable_run_folder_is_a_message_and_nothing_is_created(case, tmp_
 
 
 def test_long_prompts_warn_once_with_the_count_of_truncated_prompts(tmp_path, caplog):
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     long_prompt = ("a red square " * 800)[:10_000]
     cfg = compose([*QUICK, f"data.prompts=['{long_prompt}','a blue square','a green square']"])
@@ -107,7 +107,7 @@ def test_long_prompts_warn_once_with_the_count_of_truncated_prompts(tmp_path, ca
         trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
         trainer.train_step(0)
     # ours only: diffusers' own per-call truncation notices show up here when its logging propagates
-    warnings = [r.getMessage() for r in caplog.records if r.name == "launcher.trainer" and "truncated" in r.msg]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "launcher.train.trainer" and "truncated" in r.msg]
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith("model=tiny_flux:") and "1 of 3 prompts are cut" in warnings[0]
     assert "model.max_sequence_length=16" in warnings[0] and "CLIP (77 tokens)" in warnings[0]

@@ -556,7 +556,7 @@ def _small_comparison(eval_every=0):
 def test_summary_run_fallback_logs_tables_and_figures(tmp_path):
     from launcher.compare import plots
     from launcher.compare.publish import log_summary_run
-    from launcher.wandb_offline import find_offline_runs, read_offline_run
+    from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 
     c = _small_comparison()
     figures = plots.reward_figures(c, tmp_path)

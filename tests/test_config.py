@@ -16,7 +16,7 @@ from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
 from families import real_family_overrides
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
 from rewardflow.errors import ConfigError

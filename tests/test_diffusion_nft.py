@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 from conftest import ROOT, compose, rewardflow_cmd
 from dist_utils import run_distributed
 from launcher.components import build
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.diffusion_nft import DiffusionNFT
 from rewardflow.errors import ConfigError

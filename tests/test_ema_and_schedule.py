@@ -12,9 +12,9 @@ import torch
 from omegaconf import OmegaConf
 
 from conftest import compose
-from launcher.ema import ParameterEMA
-from launcher.lr_schedule import build_lr_schedule
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.ema import ParameterEMA
+from launcher.train.lr_schedule import build_lr_schedule
+from launcher.train.trainer import RunInfo, Trainer
 
 
 def lrs(name: str, warmup: int, steps: int, lr: float = 0.1) -> list[float]:

@@ -33,7 +33,7 @@ def _ranks(rank, world, run_dir):
     from torch.distributed.tensor import DTensor
 
     from conftest import compose
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose(RUN)
     # the ranks are spawned here (tests/dist_utils.py), not by submitit: cluster=local with the multi-rank keys
@@ -71,7 +71,7 @@ def _ranks(rank, world, run_dir):
 
 def test_ema_is_sharded_and_evaluation_is_gathered_under_two_ranks(tmp_path):
     from conftest import compose
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     single = Trainer(compose(RUN), RunInfo(run_dir=tmp_path / "single"))  # also builds the twin for the ranks
     reference = single.evaluator.maybe_run(0, 0.0)

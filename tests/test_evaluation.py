@@ -12,7 +12,7 @@ import torch
 from hydra.errors import ConfigCompositionException
 
 from conftest import compose, group_options
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 
@@ -139,7 +139,7 @@ def test_a_resumed_run_evaluates_every_point_once(evaluated, tmp_path, when):
 
 
 def test_the_split_holds_prompts_out_of_training_whether_or_not_evaluation_is_on(tmp_path):
-    from launcher.evaluation import held_out_prompts
+    from launcher.train.evaluation import held_out_prompts
 
     data = [f"a {c} square" for c in ("red", "green", "blue", "yellow", "cyan", "magenta", "white", "black")]
     path = tmp_path / "prompts.txt"
@@ -151,8 +151,8 @@ def test_the_split_holds_prompts_out_of_training_whether_or_not_evaluation_is_on
     held_out = held_out_prompts(on)
     assert sorted(train_on + held_out) == sorted(data) and not set(train_on) & set(held_out)
     assert held_out == held_out_prompts(compose([*common, "trainer.seed=3"]))  # the same for every seed
-    from launcher.data import PromptSource
-    from launcher.data_config import DataConfig
+    from launcher.train.data import PromptSource
+    from launcher.train.data_config import DataConfig
 
     source = PromptSource(DataConfig(name="file", path=str(path)), seed=1, held_out=3)
     assert sorted(source.batch(0, 5)) == sorted(train_on)  # one epoch of training sees exactly the rest

@@ -8,7 +8,7 @@ import torch
 
 from conftest import compose
 from flash_toys import MeanReward, ToyBackbone, flash_method
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.sde_index import draw_sde_indices, group_sde_indices
 from rewardflow.errors import ConfigError

@@ -1,4 +1,4 @@
-"""cluster.mesh=fsdp|hsdp (launcher/mesh.py): the mesh shapes and their config errors, and, on 4 gloo processes laid
+"""cluster.mesh=fsdp|hsdp (launcher/cluster/mesh.py): the mesh shapes and their config errors, and, on 4 gloo processes laid
 out as 2 nodes x 2 ranks, one full-fine-tuning step of the tiny FLUX twin through its backbone's ``parallelize``
 (rank 0's weights broadcast into the other ranks' shards) on the 1-D mesh and on the 2-D (replicate x shard) mesh:
 gradients, the trainer's global gradient norm and the updated weights equal the single-process step, and a DCP
@@ -15,7 +15,7 @@ import torch
 from conftest import compose
 from dist_utils import run_distributed
 from families import FAMILIES
-from launcher.mesh import mesh_shape
+from launcher.cluster.mesh import mesh_shape
 from rewardflow.errors import ConfigError
 
 PROMPTS = ["a red square", "a photo of a blue circle", "a green tree", "a pink car"]
@@ -49,7 +49,7 @@ def test_bad_mesh_config_fails_before_anything_is_built(overrides, key):
 def _grads_norm_weights(bb, x, sigma, prompts):
     from torch.distributed.tensor import DTensor
 
-    from launcher.update_loop import UpdateLoop
+    from launcher.train.update_loop import UpdateLoop
 
     def full(t):
         return (t.full_tensor() if isinstance(t, DTensor) else t).detach().clone()
@@ -69,8 +69,8 @@ def _sharded(rank, world, x, sigma, ckpt_dir):
     from omegaconf import OmegaConf
     from torch.distributed.tensor import Replicate, Shard
 
-    from launcher.checkpoint import CheckpointManager
-    from launcher.mesh import build_mesh
+    from launcher.checkpoint.manager import CheckpointManager
+    from launcher.cluster.mesh import build_mesh
     from rewardflow.distributed import current_world
 
     os.environ["LOCAL_WORLD_SIZE"] = "2"  # as submitit exports it for 2 nodes x 2 tasks

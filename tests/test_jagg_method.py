@@ -10,7 +10,7 @@ from omegaconf import OmegaConf
 
 from conftest import compose
 from launcher.components import build
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from methods.jagg import JAGG
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter

@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.wandb_offline import find_offline_runs, read_offline_run
+from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The memory planner (launcher/memory_plan.py, docs/memory.md): parameter counts from configs alone equal the
+"""The memory planner (launcher/plan/memory_plan.py, docs/memory.md): parameter counts from configs alone equal the
 diffusers classes' and peft's, a plan reads no weights and imports no torch, every preset and family has a plan on
 8 x 80 GB, the fixes it suggests do fit, and ``--plan`` prints before anything is built or submitted."""
 
@@ -12,7 +12,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
-from launcher.memory_plan import GiB, plan, plan_with_fixes, with_override
+from launcher.plan.fixes import plan_with_fixes, with_override
+from launcher.plan.memory_plan import GiB, plan
 from models import published_configs as pub
 from models.param_inventory import INVENTORIES
 
@@ -76,7 +77,7 @@ def test_the_plans_tokens_follow_a_local_vaes_downsampling(tmp_path, family, mod
     import diffusers
     import torch
 
-    from launcher.memory_plan import call_size, transformer_config
+    from launcher.plan.model_sizes import call_size, transformer_config
 
     twin = importlib.import_module(f"models.{module}")
     cls = {"flux": diffusers.AutoencoderKL, "qwenimage": diffusers.AutoencoderKLQwenImage}.get(
@@ -101,7 +102,7 @@ def test_the_plans_tokens_follow_a_local_vaes_downsampling(tmp_path, family, mod
 
 def test_a_plan_imports_no_torch_and_reads_no_weights():
     code = (
-        "import sys; from launcher.memory_plan import compose_runs, plan; "
+        "import sys; from launcher.plan.cli import compose_runs; from launcher.plan.memory_plan import plan; "
         "[plan(cfg) for _, cfg in compose_runs(['experiment=flash_grpo_flux', 'cluster=slurm'])]; "
         "assert 'torch' not in sys.modules and 'diffusers' not in sys.modules, 'heavy import'"
     )

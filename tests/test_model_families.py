@@ -286,7 +286,7 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
 def test_lora_step_trains_only_the_adapter_and_reference_is_the_base_model(name, method, tmp_path):
     """A Flow-GRPO step with KL, or an EAM step (both use the frozen reference), in LoRA mode: only adapter weights
     move, the base stays bit-identical, and the disabled-adapter velocity equals a freshly loaded base model's."""
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     extra = ["method.kl_beta=0.1"] if method == "flow_grpo" else ["method.endpoint_nfe=3", "method.loss_timesteps=2"]
     cfg = compose(

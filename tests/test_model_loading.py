@@ -37,7 +37,7 @@ def test_uncached_hub_id_offline_names_every_component_and_the_fetch_command(mod
     monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     _no_weights_read(monkeypatch)
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose([f"model={model}", "logger=none", "experiment=smoke", "model.allow_cpu=true"])
     with pytest.raises(Exception) as err:

@@ -10,7 +10,7 @@ import torch
 
 from conftest import compose
 from launcher.components import build
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
 from rewardflow.errors import ConfigError

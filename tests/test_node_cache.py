@@ -1,4 +1,4 @@
-"""launcher/node_cache.py on 4 gloo processes posing as 2 nodes x 2 ranks (each rank reports its node's host name):
+"""launcher/cluster/node_cache.py on 4 gloo processes posing as 2 nodes x 2 ranks (each rank reports its node's host name):
 a cache folder the nodes share is filled once, by rank 0, before any other rank reads it; node-local folders (a
 different folder per node at the configured path, as node-local disks are) are filled once per node, by the node's
 first rank, before the node's other ranks read them. The real two-node version runs in tests/test_slurm_multinode.py."""
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.slow
 
 
 def _fill(rank, world, root, node_local):
-    from launcher.node_cache import cache_builders_first
+    from launcher.cluster.node_cache import cache_builders_first
     from models.twins import materialize_folder
     from rewardflow.distributed import current_world
 

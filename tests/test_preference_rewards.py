@@ -15,7 +15,7 @@ import torch
 
 from conftest import compose
 from launcher import components
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_twins import OPEN_CLIP_ARCH, tiny_reward_overrides

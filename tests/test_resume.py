@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from conftest import ROOT, compose
-from launcher.checkpoint import CheckpointManager
-from launcher.trainer import RunInfo, Trainer
+from launcher.checkpoint.manager import CheckpointManager
+from launcher.train.trainer import RunInfo, Trainer
 from rewardflow.distributed import World
 
 STEPS = ["experiment=smoke", "logger=none", "trainer.steps=6", "trainer.ckpt_every=2"]
@@ -84,7 +84,7 @@ def test_resume_false_starts_over(tmp_path):
 KILLED_WRITER = textwrap.dedent("""
     import os, sys, time, torch
     import torch.distributed.checkpoint as dcp
-    from launcher.checkpoint import CheckpointManager
+    from launcher.checkpoint.manager import CheckpointManager
     from rewardflow.distributed import World
     root = sys.argv[1]
     model = torch.nn.Linear(4, 4)
@@ -98,7 +98,7 @@ KILLED_WRITER = textwrap.dedent("""
         print("WRITING", flush=True)
         time.sleep(60)                          # ... and the writer dies before the checkpoint is complete
     dcp.save = slow_save
-    import launcher.checkpoint as c; c.dcp.save = slow_save
+    import launcher.checkpoint.manager as c; c.dcp.save = slow_save
     mgr.save(2, model, opt, {"wallclock_s": 2.0})
 """)
 
@@ -143,7 +143,7 @@ class DyingBackend:
 
 
 def test_a_dead_dashboard_never_stops_training_and_the_resumed_run_backfills_it(tmp_path):
-    from launcher.run_logger import RunLogger
+    from launcher.tracking.run_logger import RunLogger
 
     first = DyingBackend(alive=2, silent=2)
     logger = RunLogger(tmp_path, first)

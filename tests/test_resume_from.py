@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from conftest import ROOT, compose, rewardflow_cmd
-from launcher.trainer import RunInfo, Trainer
+from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
-from launcher.wandb_offline import find_offline_runs, read_offline_run
 from rewardflow.errors import ConfigError
 
 RUN = [

@@ -15,12 +15,12 @@ import time
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.run_lock import LOCK_NAME, STALE_AFTER_S, RunDirBusy, RunLock, lock_before_start, lock_run_dir
+from launcher.checkpoint.run_lock import LOCK_NAME, STALE_AFTER_S, RunDirBusy, RunLock, lock_before_start, lock_run_dir
 from rewardflow.distributed import World
 
 HOLD = textwrap.dedent("""
     import pathlib, sys, time
-    from launcher.run_lock import RunDirBusy, RunLock
+    from launcher.checkpoint.run_lock import RunDirBusy, RunLock
     run_dir, go = sys.argv[1], pathlib.Path(sys.argv[2])
     print("READY", flush=True)
     while not go.exists():
@@ -148,7 +148,7 @@ def test_an_earlier_attempt_of_the_same_requeued_slurm_job_on_another_node_is_ta
 
 
 def test_the_heartbeat_notices_a_lock_taken_by_another_process(tmp_path, monkeypatch):
-    monkeypatch.setattr("launcher.run_lock.HEARTBEAT_S", 0.05)
+    monkeypatch.setattr("launcher.checkpoint.run_lock.HEARTBEAT_S", 0.05)
     lock = RunLock(tmp_path).acquire()
     write_lock(tmp_path, age_s=0)  # replaced behind its back
     deadline = time.time() + 10

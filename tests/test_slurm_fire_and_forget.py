@@ -21,7 +21,7 @@ pytestmark = [
 
 def status(sweep) -> list[str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "launcher.sweep_status", str(sweep)],
+        [sys.executable, "-m", "launcher.cluster.sweep_status", str(sweep)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.linear_base import LinearMemorylessBase
 from methods.memoryless import MemorylessSchedule

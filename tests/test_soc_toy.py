@@ -40,7 +40,7 @@ import pytest
 import torch
 
 from conftest import compose
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.trainer import RunInfo, Trainer
 from methods.terminal_score import smoothing_std
 
 pytestmark = pytest.mark.slow

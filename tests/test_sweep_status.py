@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.sweep_status import SlurmState, describe, main
+from launcher.cluster.sweep_status import SlurmState, describe, main
 
 
 @pytest.fixture

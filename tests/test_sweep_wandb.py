@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.wandb_offline import find_offline_runs, read_offline_run
+from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 from test_train_e2e import METRICS
 
 pytestmark = pytest.mark.slow

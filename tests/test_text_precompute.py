@@ -20,7 +20,7 @@ def prompt_set(tag: str) -> list[str]:
 
 
 def _step(text_encoders: str, run_dir, prompts: list[str]) -> dict:
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     cfg = compose(
         [

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import compose, group_options
-from launcher.trainer import RunInfo, Trainer, TrainingAborted
+from launcher.train.trainer import RunInfo, Trainer, TrainingAborted
 from methods.grpo import GRPO
 from rewards.base import Reward
 

@@ -1,15 +1,15 @@
 """No host sync inside the micro-batch loop (docs/performance.md#one-host-sync-per-update): on the real trainer, every
 method reads tensors back to the host at most 3 times per optimizer update (the joint skip decision with the
 gradient norm, and the step's statistics once), counted by wrapping ``Tensor.item``, ``__float__``, ``tolist``,
-``.cpu()`` and the other read-backs while the updates run (launcher/host_syncs.py)."""
+``.cpu()`` and the other read-backs while the updates run (launcher/train/host_syncs.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import compose
-from launcher.host_syncs import HostSyncCounter
-from launcher.trainer import RunInfo, Trainer
+from launcher.train.host_syncs import HostSyncCounter
+from launcher.train.trainer import RunInfo, Trainer
 
 MAX_SYNCS_PER_UPDATE = 3
 METHODS = {

@@ -19,7 +19,9 @@ from rewardflow.errors import ConfigError
 
 KEY = "a" * 40  # the format of a W&B API key
 
-RESOLVE = "import json; from launcher.wandb_logger import resolve_mode; print(json.dumps(resolve_mode('auto')))"
+RESOLVE = (
+    "import json; from launcher.tracking.wandb_logger import resolve_mode; print(json.dumps(resolve_mode('auto')))"
+)
 
 
 def clean_env(home, **extra):
@@ -93,7 +95,7 @@ def test_auto_mode_follows_the_usual_wandb_setup(case, tmp_path):
 
 
 def test_an_explicit_mode_wins_and_a_bad_one_names_the_key():
-    from launcher.wandb_logger import resolve_mode
+    from launcher.tracking.wandb_logger import resolve_mode
 
     assert resolve_mode("offline")[0] == "offline"
     with pytest.raises(ConfigError, match="logger.mode must be one of auto, online, offline, disabled"):
@@ -103,8 +105,8 @@ def test_an_explicit_mode_wins_and_a_bad_one_names_the_key():
 START = textwrap.dedent("""
     import logging, sys
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
-    from launcher.wandb_logger import WandbLogger
-    from launcher.wandb_logger_config import WandbLoggerConfig
+    from launcher.tracking.wandb_logger import WandbLogger
+    from launcher.tracking.wandb_logger_config import WandbLoggerConfig
     w = WandbLogger(WandbLoggerConfig(), run_dir=sys.argv[1], run_config={"x": 1})
     print("PROJECT", w.run.project, "MODE", w.mode)
     w.finish()

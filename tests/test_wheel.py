@@ -158,7 +158,7 @@ def test_the_installed_command_runs_outside_the_repository(installed, tmp_path):
     for name in (
         "launcher.cli",
         "launcher.conf",
-        "launcher.trainer",
+        "launcher.train.trainer",
         "methods.dance_grpo",
         "models.flux",
         "rewards.color",

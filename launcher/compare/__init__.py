@@ -14,6 +14,9 @@ Pipeline, one module per concept:
 - :mod:`.plots`      the PNG figures;
 - :mod:`.publish`    the optional W&B report (or, without the report API, a summary W&B run);
 - :mod:`.cli`        the argparse command tying them together.
+
+Of the rest of the launcher it imports only ``launcher.tracking`` (the offline W&B reader); it reads run folders,
+never the trainer (docs/development.md#the-launchers-rooms).
 """
 
 from launcher.compare.errors import CompareError

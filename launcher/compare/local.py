@@ -14,7 +14,7 @@ from pathlib import Path
 
 from launcher.compare.errors import CompareError
 from launcher.compare.runs import RunData, clean_rows, config_get, unwrap_config
-from launcher.wandb_offline import find_offline_runs, read_offline_run
+from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 
 log = logging.getLogger(__name__)
 SOURCES = ("auto", "jsonl", "wandb")
@@ -142,7 +142,7 @@ def _yaml(path: Path):
 
 
 def _group_of(run_dir: Path, config: dict) -> str:
-    """The W&B group the trainer gives this run (launcher/trainer.py): logger.group, else ``sweep-<ts>`` for a run
+    """The W&B group the trainer gives this run (launcher/train/trainer.py): logger.group, else ``sweep-<ts>`` for a run
     of a multirun, else the method name."""
     explicit = config_get(config, "logger.group")
     if explicit:

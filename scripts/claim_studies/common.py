@@ -1,7 +1,7 @@
 """Plumbing of the claim studies: trainers built from Hydra overrides, the compute axis, seed statistics and the
 verdict words.
 
-Every run goes through rewardflow's own :class:`launcher.trainer.Trainer` (one ``train_step`` at a time, so a study
+Every run goes through rewardflow's own :class:`launcher.train.trainer.Trainer` (one ``train_step`` at a time, so a study
 can evaluate between steps) and its statistics are :mod:`launcher.compare.stats`: means over seeds with Student's t
 intervals, and paired differences (variants trained with the same seed share the prompt order and every step's
 sampling noise at the start, so the difference of two variants is estimated per seed).
@@ -91,7 +91,7 @@ def compose(overrides: list[str]):
 def make_trainer(overrides: list[str], run_dir: Path):
     """A trainer of ``overrides`` with files only (no W&B), no image grids, no progress bar."""
     from launcher.cli import _quiet_libraries
-    from launcher.trainer import RunInfo, Trainer
+    from launcher.train.trainer import RunInfo, Trainer
 
     _quiet_libraries()
     logging.getLogger().setLevel(logging.WARNING)

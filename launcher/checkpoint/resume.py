@@ -41,7 +41,7 @@ class StartPoint:
 def resume_from_candidates(value: str) -> list[Path]:
     """The checkpoint folders ``trainer.resume_from`` names, oldest first: one checkpoint, or every complete
     checkpoint of a run dir (or of its ``checkpoints/`` folder). Raises :class:`ConfigError` naming the key."""
-    from launcher.checkpoint import MARKER, CheckpointManager  # torch.distributed.checkpoint: seconds to import
+    from launcher.checkpoint.manager import MARKER, CheckpointManager  # torch.distributed.checkpoint: seconds to import
 
     path = Path(value).expanduser()
     if (path / MARKER).is_file():
@@ -84,8 +84,8 @@ def load_start_point(
 ) -> StartPoint | None:
     """Load the run's start point (module docstring) into ``model``, ``optimizer``, the method's ``extra``
     tensors and the trainer's ``states`` (EMA, LR schedule) through ``checkpoints`` (the run's
-    :class:`~launcher.checkpoint.CheckpointManager`); None for step 0."""
-    from launcher.checkpoint import CheckpointManager, NoUsableCheckpoint
+    :class:`~launcher.checkpoint.manager.CheckpointManager`); None for step 0."""
+    from launcher.checkpoint.manager import CheckpointManager, NoUsableCheckpoint
 
     t = cfg.trainer
     if not t.resume:

@@ -25,7 +25,7 @@ class LocalClusterConfig(GpuFields):
 
 @dataclass
 class MultiRankFields(GpuFields):
-    """Keys of every cluster whose ranks are separate processes (launcher/mesh.py, launcher/node_cache.py)."""
+    """Keys of every cluster whose ranks are separate processes (launcher/cluster/mesh.py, launcher/cluster/node_cache.py)."""
 
     mesh: str = "fsdp"  # FSDP2 mesh: fsdp (shard over all ranks) | hsdp (shard in groups, replicate)
     shard_size: Optional[int] = None  # hsdp: ranks per shard group (default: the ranks of one node)

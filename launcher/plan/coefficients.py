@@ -6,7 +6,7 @@ plus the working set of the block running); ``infer``: the working set of a forw
 ``saved_lora``, ``peak_lora``: the first two for a LoRA forward (frozen weights, a rank-32 adapter on the attention
 projections), which saves about half as much: a frozen linear layer keeps no input for a weight gradient. Each is
 ``img * image_tokens + txt * text_tokens + const`` bytes for one row; the root entry is the embedders and the output
-head. ``launcher/memory_plan.py`` multiplies by rows and depth, scales by the compute dtype's size and, for other
+head. ``launcher/plan/memory_plan.py`` multiplies by rows and depth, scales by the compute dtype's size and, for other
 widths, by the width ratio.
 
 ``VAE_DECODE_BYTES``: the VAE decoder's working set per output pixel of one image (one frame for the video VAEs, which

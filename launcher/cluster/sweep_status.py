@@ -1,6 +1,6 @@
 """``rewardflow-status <sweep dir>``: the state of each point of a ``cluster=slurm`` sweep, from SLURM and the run dirs.
 
-For each job recorded in ``<sweep dir>/slurm_jobs.json`` (launcher/slurm_jobs.py): queued (with SLURM's reason),
+For each job recorded in ``<sweep dir>/slurm_jobs.json`` (launcher/cluster/slurm_jobs.py): queued (with SLURM's reason),
 running step k of N (the run's ``metrics.jsonl`` and its ``trainer.steps``), done, or failed with the reason (the
 job's ``rewardflow:`` message or the last line of its error log), and how many times SLURM requeued it (preemption,
 time limit). Live jobs come from ``squeue``, finished ones from ``sacct`` (with ``--duplicates``, one row per attempt).
@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.slurm_jobs import JOBS_FILE
+from launcher.cluster.slurm_jobs import JOBS_FILE
 
 QUEUED = {"PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "RESV_DEL_HOLD", "SUSPENDED"}
 RUNNING = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}

@@ -1,4 +1,4 @@
-"""Config of logger=none: no dashboard, only the run directory's files (launcher/run_logger.py)."""
+"""Config of logger=none: no dashboard, only the run directory's files (launcher/tracking/run_logger.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Config of logger=wandb (launcher/wandb_logger.py)."""
+"""Config of logger=wandb (launcher/tracking/wandb_logger.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ class WandbMode(StrEnum):
 
 @dataclass
 class WandbLoggerConfig:
-    _target_: str = "launcher.wandb_logger.WandbLogger"
+    _target_: str = "launcher.tracking.wandb_logger.WandbLogger"
     name: str = "wandb"
     project: Optional[str] = None  # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
     entity: Optional[str] = None  # None: WANDB_ENTITY (or a W&B settings file), else the account's default

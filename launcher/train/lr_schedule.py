@@ -20,7 +20,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
-from launcher.trainer_config import LRSchedule
+from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 
 #: keys of ``optimizer`` that configure the schedule, not the optimizer's constructor

@@ -5,7 +5,7 @@ blocks, after it training may change the parameters and optimizer state in place
 background thread. Its collectives run on a process group of their own (gloo), so they never interleave with the
 training's. Rank 0's future completes once DCP's coordinator has gathered every rank's write results and written
 the metadata, i.e. once the checkpoint is whole on disk; the commit (``meta.json``, ``COMPLETE``, the rename, pruning:
-:class:`launcher.checkpoint.CheckpointManager`) then runs on rank 0 in that background thread, so a checkpoint
+:class:`launcher.checkpoint.manager.CheckpointManager`) then runs on rank 0 in that background thread, so a checkpoint
 appears as soon as it can be resumed from. At most one save is in flight: the next save, a preemption hand-over and
 the end of the run wait for it (:meth:`AsyncSaver.wait`).
 """

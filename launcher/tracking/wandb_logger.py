@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launcher.wandb_logger_config import WandbLoggerConfig, WandbMode
+from launcher.tracking.wandb_logger_config import WandbLoggerConfig, WandbMode
 from rewardflow.errors import ConfigError, ConfigErrors
 
 log = logging.getLogger(__name__)
@@ -178,7 +178,7 @@ class WandbLogger:
         if self.mode == "online":
             value = self.run.summary.get("step")
             return int(value) if value is not None else -1
-        from launcher.wandb_offline import read_offline_run
+        from launcher.tracking.wandb_offline import read_offline_run
 
         current = Path(self.run.dir).parent
         best = -1

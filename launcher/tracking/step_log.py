@@ -15,7 +15,7 @@ import logging
 import math
 import sys
 
-from launcher.log_files import log_to_files
+from launcher.tracking.log_files import log_to_files
 
 log = logging.getLogger("rewardflow")
 

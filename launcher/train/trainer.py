@@ -2,7 +2,7 @@
 
 It owns what is common to all methods: seeding, the optimizer, its learning-rate schedule and gradient clipping,
 the EMA of the weights, the NaN/Inf guard, phase timers and transformer-pass counters, metrics, image grids, the
-held-out evaluation (launcher/evaluation.py) and the reward curve.
+held-out evaluation (launcher/train/evaluation.py) and the reward curve.
 """
 
 from __future__ import annotations
@@ -17,22 +17,23 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from launcher import preemption
-from launcher.checkpoint import CheckpointManager
+from launcher.checkpoint import preemption
+from launcher.checkpoint.manager import CheckpointManager
+from launcher.checkpoint.resume import copy_history, load_start_point
+from launcher.checkpoint.run_lock import lock_run_dir
+from launcher.cluster.device_check import placement, rank_and_world_size
+from launcher.cluster.mesh import build_mesh, describe
+from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
-from launcher.device_check import placement, rank_and_world_size
-from launcher.ema import ParameterEMA
-from launcher.evaluation import Evaluator, held_out_prompts
-from launcher.lr_schedule import build_lr_schedule, build_optimizer
-from launcher.memory_plan import check_at_start
-from launcher.mesh import build_mesh, describe
-from launcher.node_cache import cache_builders_first
-from launcher.plots import plot_reward_curve, save_image_grid
-from launcher.resume import copy_history, load_start_point
-from launcher.run_lock import lock_run_dir
-from launcher.run_logger import RunLogger
-from launcher.step_log import StepLog, progress_bar_shown
-from launcher.update_loop import UpdateLoop
+from launcher.plan.fixes import check_at_start
+from launcher.tracking.phase_timer import PhaseTimer
+from launcher.tracking.plots import plot_reward_curve, save_image_grid
+from launcher.tracking.run_logger import RunLogger
+from launcher.tracking.step_log import StepLog, progress_bar_shown
+from launcher.train.ema import ParameterEMA
+from launcher.train.evaluation import Evaluator, held_out_prompts
+from launcher.train.lr_schedule import build_lr_schedule, build_optimizer
+from launcher.train.update_loop import UpdateLoop
 from launcher.validate import validate
 from models.prompt_truncation import truncation_warning
 from rewardflow.distributed import (
@@ -63,25 +64,6 @@ class RunInfo:
     tags: list[str] = field(default_factory=list)
 
 
-class PhaseTimer:
-    """Accumulates wall-clock seconds per phase of a step."""
-
-    def __init__(self):
-        self.seconds: dict[str, float] = {}
-
-    def __call__(self, phase: str):
-        timer = self
-
-        class _Ctx:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
-
-            def __exit__(self, *exc):
-                timer.seconds[phase] = timer.seconds.get(phase, 0.0) + time.perf_counter() - self.t0
-
-        return _Ctx()
-
-
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """Sampling noise of a step depends only on (seed, step, rank), so a resumed run redraws the same noise."""
     return (seed * 1_000_003 + step) * 1_009 + rank
@@ -109,7 +91,7 @@ class Trainer:
         if rank == 0:  # the run's first line, before the ranks' process-group lines
             log.info("%s | run dir %s", placement(cfg, world_size), info.run_dir)
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
-        self.run_lock = lock_run_dir(info.run_dir, self.world)  # one run per run dir (launcher/run_lock.py)
+        self.run_lock = lock_run_dir(info.run_dir, self.world)  # one run per run dir (launcher/checkpoint/run_lock.py)
         if cfg.method.prompts_per_step % self.world.world_size:
             raise ConfigError(
                 f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
@@ -192,7 +174,7 @@ class Trainer:
         return self.info.run_dir / "wandb_run_id"
 
     def _resume(self) -> str | None:
-        """Load the run's start point (launcher/resume.py); return the W&B run id to continue, if any."""
+        """Load the run's start point (launcher/checkpoint/resume.py); return the W&B run id to continue, if any."""
         start = load_start_point(
             self.cfg,
             self.checkpoints,
@@ -401,7 +383,7 @@ class Trainer:
         return float("nan") if last is None else float(last)  # a non-finite reward is logged as null
 
     def _evaluate(self, step: int) -> None:
-        """The held-out evaluation of the model after ``step`` training steps, when due (launcher/evaluation.py)."""
+        """The held-out evaluation of the model after ``step`` training steps, when due (launcher/train/evaluation.py)."""
         if self.evaluator is not None:
             self.evaluator.maybe_run(step, self.wallclock)
 
@@ -420,7 +402,7 @@ class Trainer:
         ema = self.cfg.trainer.export_ema
         weights: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
         if ema:
-            assert self.ema is not None  # validated: export_ema needs ema_decay > 0 (launcher/ema.py)
+            assert self.ema is not None  # validated: export_ema needs ema_decay > 0 (launcher/train/ema.py)
             weights = self.ema.applied()
         with weights:
             out = self.backbone.save_pretrained(self.info.run_dir / "export")

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from launcher.data_config import DataConfig
+from launcher.train.data_config import DataConfig
 from rewardflow.errors import ConfigError, ConfigErrors
 from rewardflow.prompts import load_prompts
 

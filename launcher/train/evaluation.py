@@ -4,7 +4,7 @@ A method's training reward scores its own training samples (its sampler, its noi
 two methods' training curves are not measured alike. The evaluation scores every run the same way:
 
 - **prompts**: held out of training, ``eval.prompts`` (a file or a list) or ``eval.split=N`` prompts of ``data``
-  (a fixed split, :func:`launcher.data.split_prompts`);
+  (a fixed split, :func:`launcher.train.data.split_prompts`);
 - **noise**: ``eval.samples_per_prompt`` initial latents per prompt, each seeded by (prompt text, sample index)
   only, so the same for every method, seed and step (:func:`noise_seed`);
 - **sampler**: the family's deterministic ODE sampler with its inference steps and guidance (``eval.sampling_steps``,
@@ -38,8 +38,8 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from launcher.components import build, component_class
-from launcher.data import split_prompts
-from launcher.plots import save_image_grid
+from launcher.tracking.plots import save_image_grid
+from launcher.train.data import split_prompts
 from methods.family_sampler import family_ode_sample, family_sigmas
 from rewardflow.distributed import World, all_gather_objects, broadcast_object
 from rewardflow.errors import ConfigError, ConfigErrors
@@ -77,9 +77,9 @@ class Evaluator:
     Args:
         cfg: the run's config (``eval``, ``trainer``, ``reward``).
         backbone: the trained model; ``reward``: the trained reward (already built).
-        world: this process's rank; ``logger``: the run's :class:`launcher.run_logger.RunLogger` (rank 0 writes).
+        world: this process's rank; ``logger``: the run's :class:`launcher.tracking.run_logger.RunLogger` (rank 0 writes).
         run_dir: where ``samples/eval_<k>.png`` go.
-        ema: a :class:`launcher.ema.ParameterEMA` whose weights are evaluated instead (``eval.use_ema``), or None.
+        ema: a :class:`launcher.train.ema.ParameterEMA` whose weights are evaluated instead (``eval.use_ema``), or None.
     """
 
     @classmethod

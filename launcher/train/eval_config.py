@@ -1,4 +1,4 @@
-"""Config of the held-out evaluation in the trainer (``eval.*``; launcher/evaluation.py, docs/evaluation.md)."""
+"""Config of the held-out evaluation in the trainer (``eval.*``; launcher/train/evaluation.py, docs/evaluation.md)."""
 
 from __future__ import annotations
 

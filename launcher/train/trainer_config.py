@@ -29,7 +29,7 @@ class TrainerConfig:
 
 
 class LRSchedule(StrEnum):
-    """Learning rate per trainer step (launcher/lr_schedule.py)."""
+    """Learning rate per trainer step (launcher/train/lr_schedule.py)."""
 
     constant = "constant"  # optimizer.lr throughout (the baselines' recipes)
     warmup_constant = "warmup_constant"  # linear warmup over optimizer.warmup_steps, then optimizer.lr

@@ -19,7 +19,7 @@ one, never a half-written checkpoint that resume would pick (``latest`` only acc
 Resume takes the newest checkpoint that is whole and readable: a damaged one (a truncated shard, a missing rank
 file, a file that is not what rewardflow writes) is set aside with a warning naming it and the previous one is used
 (:meth:`CheckpointManager.load_newest_usable`). Nothing in a checkpoint is unpickled beyond plain data
-(:mod:`launcher.safe_dcp`, :mod:`launcher.rng_state`), so a crafted run folder cannot run code.
+(:mod:`launcher.checkpoint.safe_dcp`, :mod:`launcher.checkpoint.rng_state`), so a crafted run folder cannot run code.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from launcher import rng_state
-from launcher.async_checkpoint import AsyncSaver
-from launcher.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_metadata
+from launcher.checkpoint import rng_state
+from launcher.checkpoint.async_save import AsyncSaver
+from launcher.checkpoint.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_metadata
 from rewardflow.distributed import World, any_rank, barrier, broadcast_object
 from rewardflow.errors import ConfigError
 
@@ -101,7 +101,7 @@ class CheckpointManager:
         self.root = Path(root)
         self.world = world
         self.keep_last = max(1, keep_last)
-        self.saver = AsyncSaver() if asynchronous else None  # launcher/async_checkpoint.py
+        self.saver = AsyncSaver() if asynchronous else None  # launcher/checkpoint/async_save.py
 
     # -- finding ------------------------------------------------------------------------------------------------
     def complete(self) -> list[Path]:
@@ -213,7 +213,7 @@ class CheckpointManager:
         meta's ``states``; a checkpoint without one leaves that object as it is) and this rank's RNG state; return
         the checkpoint's meta.
 
-        Collective. Every file is read as plain data (see :mod:`launcher.safe_dcp`); a checkpoint of another world
+        Collective. Every file is read as plain data (see :mod:`launcher.checkpoint.safe_dcp`); a checkpoint of another world
         size is a :class:`ConfigError`.
         """
         meta = json.loads((path / "meta.json").read_text())

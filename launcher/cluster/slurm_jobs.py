@@ -5,7 +5,7 @@ design), so the submitting terminal had to stay open for days. Hydra only runs l
 namespace, so rather than a launcher subclass (a plugin package to install) this Hydra callback (registered in
 conf/hydra/default.yaml) acts in the submitting process around upstream's ``launch``: as soon as the array is
 submitted it records the jobs in ``<sweep dir>/slurm_jobs.json`` (read by ``rewardflow-status``,
-launcher/sweep_status.py), and with ``cluster.wait=false`` it answers upstream's wait for each result at once with a
+launcher/cluster/sweep_status.py), and with ``cluster.wait=false`` it answers upstream's wait for each result at once with a
 placeholder and prints the job ids, the sweep dir and how to follow it.
 """
 

@@ -1,4 +1,4 @@
-"""Config of the prompt sources (launcher/data.py): data=demo (an inline list) and data=file."""
+"""Config of the prompt sources (launcher/train/data.py): data=demo (an inline list) and data=file."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rewardflow.prompts import DEFAULT_ENCODING
 
 @dataclass
 class DataConfig:
-    _target_: str = "launcher.data.PromptSource"
+    _target_: str = "launcher.train.data.PromptSource"
     name: str = MISSING
     prompts: Optional[list[str]] = None  # inline prompt list (data=demo)
     path: Optional[str] = None  # .txt (one prompt per line) or .jsonl file (data=file)

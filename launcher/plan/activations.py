@@ -1,0 +1,90 @@
+"""What one transformer call keeps for the backward, from the calibrated per-token bytes (``coefficients.py``,
+``scripts/calibrate_memory.py``; docs/memory.md#the-planners-model): the calibration row of a family and block kind,
+the rows of the largest call with gradients, the share of checkpointed blocks and the trajectory states kept."""
+
+from __future__ import annotations
+
+from launcher.plan.coefficients import ACTIVATION_BYTES
+from launcher.plan.model_sizes import CallSize
+from rewardflow.errors import ConfigError
+
+#: the attention projections the LoRA calibration adapts (scripts/calibrate_memory.py); an adapter on other layers
+#: (feed-forward, norms' modulation) keeps their inputs too, so the plan then takes the full fine-tune figures
+LORA_CALIBRATED_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
+
+
+def activation_table(family: str, width: int) -> tuple[dict, float]:
+    """The calibrated per-token bytes of the family (Wan: the calibrated size nearest in width) and the width ratio."""
+    names = [n for n in ACTIVATION_BYTES if n.rstrip("0123456789b") == family or n == family]
+    if not names:
+        raise ConfigError(
+            f"no activation calibration for the {family} family in launcher/plan/coefficients.py; "
+            f"run scripts/calibrate_memory.py --write"
+        )
+    best = min(names, key=lambda n: abs(_width_of(n) - width))
+    return ACTIVATION_BYTES[best], width / _width_of(best)
+
+
+def _width_of(name: str) -> int:
+    from models import published_configs as pub
+
+    cfg = {
+        "flux": pub.FLUX_DEV,
+        "sd3": pub.SD35_MEDIUM,
+        "qwenimage": pub.QWEN_IMAGE,
+        "wan": pub.WAN21_T2V_1_3B,
+        "wan14b": pub.WAN21_T2V_14B,
+    }[name]
+    return cfg["attention_head_dim"] * cfg["num_attention_heads"]
+
+
+def unit_coefficients(table: dict, unit: str) -> dict:
+    """Calibrated entry of an inventory unit (SD3's last block is the context-pre-only kind, dual or not)."""
+    if unit in table:
+        return table[unit]
+    if unit.endswith("_last"):
+        return table["block_joint_last"]
+    raise ConfigError(f"no activation calibration for block kind {unit!r}")
+
+
+def per_row_bytes(coef: dict, size: CallSize, scale: float) -> float:
+    return max(0.0, coef["img"] * size.image_tokens + coef["txt"] * size.text_tokens + coef["const"]) * scale
+
+
+def train_rows(method: dict, rows_per_sample: int) -> tuple[int, str]:
+    """Transformer rows in the largest call with gradients: ``method.update_batch`` rows (CFG rows counted), except
+    that the adjoint methods put all of a sample's loss rows in one call (docs/performance.md#batched-trained-steps)."""
+    b = int(method.get("update_batch", 8))
+    if "loss_timesteps" in method:  # EAM: K_t kernel samples per sample
+        per = int(method["loss_timesteps"]) * rows_per_sample
+    elif "loss_last_steps" in method:  # AM: every loss step of a sample at once
+        per = (int(method["loss_last_steps"]) + int(method["loss_random_steps"])) * rows_per_sample
+    else:
+        return b, f"update_batch {b}"
+    n = max(1, b // per)
+    return n * per, f"{n} whole sample(s) x {per} loss rows (update_batch {b})"
+
+
+def checkpointed_share(model: dict) -> float:
+    """The share of transformer blocks that keep only their inputs (``model.activation_checkpointing``; ``auto``
+    is ``full`` until the planner picks, ``every_k`` one block in k)."""
+    mode = str(model.get("activation_checkpointing", "auto"))
+    if mode == "none":
+        return 0.0
+    if mode == "every_k":
+        return 1.0 / max(1, int(model.get("activation_checkpointing_k", 2)))
+    return 1.0
+
+
+def kept_states(method: dict) -> int:
+    """Trajectory states per sample the update reads (methods/trajectory.py)."""
+    name, n = method.get("name"), int(method.get("sampling_steps", 1))
+    if name == "flash_grpo":
+        return 2
+    if name in ("eam", "diffusion_nft"):  # the final latent only
+        return 1
+    if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg"):
+        return int(method["window_size"]) + 1
+    if name == "flow_grpo" or (name == "jagg" and method.get("base") == "flow_grpo"):
+        return max(1, min(n - 1, int(float(method["timestep_fraction"]) * n))) + 1
+    return n + 1
