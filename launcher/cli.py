@@ -38,7 +38,13 @@ def _run_info(cfg: DictConfig):
     name = ",".join(overrides) if overrides else None
     if multirun:
         name = f"{hc.job.num}:{name or 'defaults'}"
-    return RunInfo(run_dir=Path(hc.runtime.output_dir), run_name=name, group=group, tags=["sweep"] if multirun else [])
+    return RunInfo(
+        run_dir=Path(hc.runtime.output_dir),
+        run_name=name,
+        group=group,
+        tags=["sweep"] if multirun else [],
+        overrides=list(hc.overrides.task),
+    )
 
 
 def run(cfg: DictConfig, info=None) -> float:

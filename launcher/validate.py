@@ -44,6 +44,8 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     errors.raise_if_any()
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
+    with errors.collect():
+        check_resume_from(cfg)  # the DictConfig: the run identity is read from it
     if on_this_host:
         check_devices(run, errors)
     classes: dict[str, type[Any]] = {}
@@ -87,8 +89,6 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     )
     lr_schedule.check(cfg, errors)
     ParameterEMA.check(cfg, errors)
-    with errors.collect():
-        check_resume_from(cfg)
     with errors.collect():
         check_mesh_config(cfg.cluster)
 

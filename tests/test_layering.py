@@ -31,7 +31,8 @@ ROOM_MAY_IMPORT = {
     "checkpoint": set(),
     "tracking": set(),
     "plan": {"launcher.config", "launcher.installation"},  # composing a command line for --plan
-    "cluster": {"launcher.validate", "launcher.run_dir_check"},  # the sweep check validates every point
+    # the sweep check validates every point and checks that its run dir holds no other run
+    "cluster": {"launcher.validate", "launcher.run_dir_check", "launcher.checkpoint"},
     "compare": {"launcher.tracking"},  # the offline W&B reader
     "train": {
         "launcher.checkpoint",

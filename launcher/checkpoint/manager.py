@@ -7,7 +7,7 @@ Layout under ``<run_dir>/checkpoints/``::
                                   (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy,
                                   and the trainer's other states: the EMA of the weights, the LR schedule)
         rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python) as tensors and plain values
-        meta.json             step, data position, W&B run id, cumulative wall-clock, world size
+        meta.json             step, data position, W&B run id, cumulative wall-clock, world size, run identity
         COMPLETE              written last, before the rename
     .step_00000100.tmp/       a checkpoint being written (never picked up by resume)
     step_00000150.damaged-<time>/   a checkpoint resume found unreadable, set aside (kept for inspection)

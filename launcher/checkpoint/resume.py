@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig
 
+from launcher.checkpoint import run_identity
 from rewardflow.distributed import World, barrier
 from rewardflow.errors import ConfigError
 
@@ -67,11 +68,12 @@ def resume_from_candidates(value: str) -> list[Path]:
     return found
 
 
-def check_resume_from(cfg: Any) -> None:
-    """Config check (before any model is built): ``trainer.resume_from`` names checkpoints."""
+def check_resume_from(cfg: DictConfig) -> None:
+    """Config check (before any model is built): ``trainer.resume_from`` names checkpoints of the same method and
+    model (launcher/checkpoint/run_identity.py)."""
     value = cfg.trainer.resume_from
     if value:
-        resume_from_candidates(str(value))
+        run_identity.check_resume_from(cfg, resume_from_candidates(str(value))[-1])
 
 
 def load_start_point(

@@ -4,6 +4,6 @@ SLURM jobs, preflight and status (``slurm_jobs``, ``slurm_preflight``, ``sweep_s
 point before anything is queued (``sweep_check``) and the failing rank's log tails (``job_logs``).
 
 It may import models (the model configs' device keys) and rewardflow; of the launcher, only the top-level
-``launcher.validate`` and ``launcher.run_dir_check``, which the sweep check runs on every point
-(docs/development.md#the-launchers-rooms).
+``launcher.validate`` and ``launcher.run_dir_check``, which the sweep check runs on every point, and
+``launcher.checkpoint`` (the run identity of each point's run dir) (docs/development.md#the-launchers-rooms).
 """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
@@ -44,20 +45,25 @@ def sweep_points(config: DictConfig) -> list[list[str]] | None:
     return [list(point) for point in BasicSweeper.split_arguments(parser.parse_overrides(args), None)[0]]
 
 
-def point_error(config: DictConfig, point: list[str], on_this_host: bool) -> str | None:
-    """Why the sweep point ``point`` cannot run (None if it can): its composition or its checks failed."""
+def point_error(config: DictConfig, point: list[str], on_this_host: bool, num: int = 0) -> str | None:
+    """Why the sweep point ``point`` (job number ``num``) cannot run (None if it can): its composition or its checks
+    failed, or its run dir holds another run (a re-run sweep with its overrides in another order)."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from launcher.checkpoint.run_identity import check_own_run
     from launcher.validate import validate
     from rewardflow.errors import ConfigError
 
     try:
         cfg = GlobalHydra.instance().config_loader().load_sweep_config(config, point)
         with read_write(cfg), open_dict(cfg):  # the job's config, as Hydra hands it to the task
+            cfg.hydra.job.num = num  # as Hydra's launchers number the jobs: the run dir is <sweep dir>/<num>
+            run_dir = Path(cfg.hydra.sweep.dir) / str(cfg.hydra.sweep.subdir)
             del cfg["hydra"]
         validate(cfg, on_this_host=on_this_host)
+        check_own_run(cfg, run_dir)
     except ConfigError as e:
         return str(e)
     except (HydraException, OmegaConfBaseException) as e:
@@ -83,7 +89,7 @@ class SweepCheck(Callback):
         on_this_host = runs_on_this_host(config)
         bad = []
         for n, point in enumerate(points):
-            error = point_error(config, point, on_this_host)
+            error = point_error(config, point, on_this_host, n)
             if error:
                 bad.append(f"point {n} ({' '.join(point) or 'defaults'}):\n    " + error.replace("\n", "\n    "))
         if bad:

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.checkpoint import preemption
+from launcher.checkpoint import preemption, run_identity
 from launcher.checkpoint.manager import CheckpointManager
 from launcher.checkpoint.resume import copy_history, load_start_point
 from launcher.checkpoint.run_lock import lock_run_dir
@@ -62,6 +62,7 @@ class RunInfo:
     run_name: str | None = None
     group: str | None = None
     tags: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # the command line's, recorded with the run's identity
 
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
@@ -92,6 +93,7 @@ class Trainer:
             log.info("%s | run dir %s", placement(cfg, world_size), info.run_dir)
         self.world = init_distributed(int(cfg.cluster.get("collective_timeout_s", 600)))
         self.run_lock = lock_run_dir(info.run_dir, self.world)  # one run per run dir (launcher/checkpoint/run_lock.py)
+        run_identity.check_own_run(cfg, info.run_dir)  # another run's dir is refused before anything is read or moved
         if cfg.method.prompts_per_step % self.world.world_size:
             raise ConfigError(
                 f"method.prompts_per_step={cfg.method.prompts_per_step} must be divisible by the "
@@ -138,6 +140,8 @@ class Trainer:
         self.wallclock = 0.0
         self.start_step = 0
         wandb_id = self._resume()
+        if self.world.is_main:  # the run dir now belongs to this run (launcher/checkpoint/run_identity.py)
+            run_identity.write(info.run_dir, cfg, info.overrides)
         self.logger = RunLogger(
             info.run_dir,
             self._build_backend(wandb_id) if self.world.is_main else None,
@@ -203,6 +207,7 @@ class Trainer:
     def save_checkpoint(self, step: int) -> Path:
         backend = self.logger.backend
         meta = {
+            **run_identity.record(self.cfg, self.info.overrides),
             "data_position": (step + 1) * int(self.cfg.method.prompts_per_step),
             "wallclock_s": self.wallclock,
             "wandb_run_id": broadcast_object(backend.run_id if backend is not None else None),
