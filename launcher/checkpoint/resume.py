@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from launcher.checkpoint import run_identity
 from rewardflow.distributed import World, barrier
 from rewardflow.errors import ConfigError
+from rewardflow.jsonl import read_rows
 
 log = logging.getLogger(__name__)
 
@@ -133,13 +134,7 @@ def copy_history(start: StartPoint, run_dir: Path) -> int:
     """Write the other run's metric rows up to the checkpoint's step into this run's ``metrics.jsonl`` (replacing
     it); returns the number of rows. The run logger then sends them to this run's new W&B run."""
     source = start.checkpoint.parent.parent / "metrics.jsonl"
-    rows = []
-    if source.is_file():
-        rows = [
-            line
-            for line in source.read_text().splitlines()
-            if line.strip() and int(json.loads(line)["step"]) <= int(start.meta["step"])
-        ]
+    rows = [row for row in read_rows(source) if int(row["step"]) <= int(start.meta["step"])]  # the source is only read
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "metrics.jsonl").write_text("".join(line + "\n" for line in rows))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return len(rows)

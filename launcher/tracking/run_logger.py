@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from rewardflow.jsonl import read_rows
+
 log = logging.getLogger(__name__)
 
 
@@ -45,7 +47,7 @@ class RunLogger:
             return
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume and self.metrics_path.exists():
-            self.history = [json.loads(l) for l in self.metrics_path.read_text().splitlines() if l.strip()]
+            self.history = read_rows(self.metrics_path, heal=True)  # a row torn by a full disk is cut off
             self.last_logged_step = max((int(r["step"]) for r in self.history if not is_eval_row(r)), default=-1)
             self.last_eval_step = max((int(r["step"]) for r in self.history if is_eval_row(r)), default=-1)
             self._backfill()

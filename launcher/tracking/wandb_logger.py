@@ -185,7 +185,11 @@ class WandbLogger:
         for folder in (self.run_dir / "wandb").glob(f"offline-run-*-{self.run.id}"):
             if folder.resolve() == current.resolve():
                 continue
-            steps = read_offline_run(folder).series("step")
+            try:
+                steps = read_offline_run(folder).series("step")
+            except (OSError, ValueError) as e:  # a 0-byte or torn file (a full disk): it holds no step we can see
+                log.warning("%s cannot be read (%s): counted as holding no steps", folder, e)
+                continue
             best = max([best, *(int(x) for x in steps)])
         return best
 
