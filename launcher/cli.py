@@ -51,7 +51,8 @@ def run(cfg: DictConfig, info=None) -> float:
     """Build and train one run from a composed config (used by the CLI and by tests)."""
     from launcher.checkpoint import preemption
 
-    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))  # before the slow imports: see preemption.py
+    # before the slow imports: see preemption.py; a local run checkpoints on SIGTERM/SIGUSR1/SIGUSR2/SIGINT too
+    preemption.install(float(cfg.cluster.get("signal_delay_s", 0)), local=cfg.cluster.name == "local" and info is None)
     if info is None and cfg.cluster.name == "local":
         _lock_run_dir_early()
     from launcher.train.trainer import Trainer, TrainingAborted
@@ -68,6 +69,8 @@ def run(cfg: DictConfig, info=None) -> float:
         return trainer.fit()
     except TrainingAborted as e:
         _report(f"training aborted: {e}", 3)
+    except preemption.StoppedBySignal as e:
+        _report(str(e), 128 + e.signum)
     except Exception as e:
         import time
         import traceback

@@ -29,6 +29,7 @@ class OfflineRun:
     history: list[dict] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
     metrics: list[dict] = field(default_factory=list)  # define_metric records
+    exit_code: int | None = None  # the exit record's (None: the run was never finished)
 
     def series(self, key: str) -> list:
         return [row[key] for row in self.history if key in row]
@@ -94,6 +95,8 @@ def read_offline_run(path: str | Path) -> OfflineRun:
         elif kind == "metric":
             m = rec.metric
             run.metrics.append({"name": m.name, "glob_name": m.glob_name, "step_metric": m.step_metric})
+        elif kind == "exit":
+            run.exit_code = int(rec.exit.exit_code)
         elif kind == "run":
             r = rec.run
             run.run_id, run.project, run.group, run.name = r.run_id, r.project, r.run_group, r.display_name
