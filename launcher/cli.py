@@ -53,6 +53,12 @@ def run(cfg: DictConfig, info=None) -> float:
 
     # before the slow imports: see preemption.py; a local run checkpoints on SIGTERM/SIGUSR1/SIGUSR2/SIGINT too
     preemption.install(float(cfg.cluster.get("signal_delay_s", 0)), local=cfg.cluster.name == "local" and info is None)
+    if info is None:
+        from launcher.cluster.device_check import stray_process_group
+
+        stray = stray_process_group(str(cfg.cluster.name))
+        if stray:  # before any rendezvous: a message in seconds, not a 600 s wait
+            _report(f"config error: {stray}", 2)
     if info is None and cfg.cluster.name == "local":
         _lock_run_dir_early()
     from launcher.train.trainer import Trainer, TrainingAborted

@@ -52,6 +52,30 @@ def placement(cfg: Any, world_size: int) -> str:
     return f"device {device}, dtype {dtype}, world size {world_size}, mesh {mesh}"
 
 
+def stray_process_group(cluster_name: str) -> str | None:
+    """Why this process's environment contradicts ``cluster=local`` (None if it does not): ``WORLD_SIZE`` > 1
+    outside submitit and outside torchrun (which sets ``TORCHELASTIC_RUN_ID``) is left over from another job or
+    shell, and would make this one process wait for ranks that never come, up to the rendezvous timeout."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    if cluster_name != "local" or os.environ.get("TORCHELASTIC_RUN_ID"):
+        return None
+    if os.environ.get("SUBMITIT_EXECUTOR") or os.environ.get("SUBMITIT_LOCAL_JOB_ID"):
+        return None
+    try:
+        stray = int(world) > 1
+    except ValueError:
+        return f"WORLD_SIZE={world!r} in the environment is not a number. Fix: unset WORLD_SIZE"
+    if not stray:
+        return None
+    names = [k for k in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT") if k in os.environ]
+    return (
+        f"cluster=local runs one process, but the environment holds a process group's variables "
+        f"({', '.join(f'{k}={os.environ[k]}' for k in names)}), left from another job or shell: this process "
+        f"would wait for the other {int(world) - 1} rank(s) until the rendezvous timeout. Fix: `unset "
+        f"{' '.join(names)}`, or run several processes with cluster=local_multi cluster.tasks_per_node={world}"
+    )
+
+
 def rank_and_world_size() -> tuple[int, int]:
     """This process's rank and the job's number of ranks, before the process group exists (submitit's job
     environment, a torchrun-style environment, or one process)."""
