@@ -162,7 +162,7 @@ class Backbone(abc.ABC):
 
         return static_shift_sigmas(num_steps, shift)
 
-    # -- optional capabilities of the model families (models/common.py implements them) -------------------------
+    # -- optional capabilities of the model families (the diffusers families: their mixins, see models/common.py) --
     def encode_images(self, images: torch.Tensor) -> torch.Tensor:
         """Images (B, 3, H, W) (or frames (B, F, 3, H, W)) in [0, 1] -> latents in the transformer's layout; the
         inverse of :meth:`decode`."""
@@ -170,7 +170,7 @@ class Backbone(abc.ABC):
 
     def parallelize(self, mesh, reshard_after_forward: bool = True, mp_policy=None) -> None:
         """Shard the trainable transformer with FSDP2 (call on every rank, before building the optimizer); the
-        options as :meth:`models.common.DiffusersBackbone.parallelize` takes them."""
+        options as :meth:`models.sharding.ShardingMixin.parallelize` takes them."""
         raise NotImplementedError(f"{type(self).__name__} does not support FSDP sharding")
 
     def save_pretrained(self, save_directory):

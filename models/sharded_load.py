@@ -7,7 +7,7 @@ safetensors files (safetensors' lazy ``get_slice``, so the file is never read wh
 converted to each parameter's dtype by ``copy_``, the same rounding ``from_pretrained(torch_dtype=...)`` applies, so
 the sharded model is bit-identical to one loaded whole and then sharded (tests/test_sharded_startup.py).
 
-Single-process runs keep diffusers' ``from_pretrained`` (see ``models/common.py``); this path is taken whenever a
+Single-process runs keep diffusers' ``from_pretrained`` (see ``models/loading.py``); this path is taken whenever a
 process group of more than one rank exists when the backbone is built (:func:`sharded_startup_enabled`).
 """
 
@@ -73,7 +73,7 @@ def materialize_and_load(module: nn.Module, folder: Path, device: torch.device) 
     safetensors files in ``folder``, each rank reading only its slices. LoRA adapters are left for the caller."""
     from torch.distributed.checkpoint import HuggingFaceStorageReader, load
 
-    from models.common import ModelLoadError
+    from models.loading import ModelLoadError
 
     buffers = {n: b.detach().clone() for n, b in module.named_buffers()}
     module.to_empty(device=device)

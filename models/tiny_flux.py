@@ -11,12 +11,14 @@ from typing import Any
 import torch
 
 from models.flux import FluxBackbone
+from models.tiny_components import CLIP, T5, VAE, WORDS
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 
 # Width chosen so the CPU demo learns in minutes: 16-channel packed latents (4 VAE channels x 2x2), 2 double + 2
-# single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included).
+# single blocks. Same classes and layout as FLUX.1-dev (guidance embedding included). Its text encoders, VAE and
+# words are the shared tiny components as they are (models/tiny_components.py).
 TRANSFORMER: dict[str, Any] = dict(
     patch_size=1,
     in_channels=16,
@@ -29,52 +31,6 @@ TRANSFORMER: dict[str, Any] = dict(
     axes_dims_rope=[4, 4, 8],
     guidance_embeds=True,
 )
-VAE: dict[str, Any] = dict(
-    in_channels=3,
-    out_channels=3,
-    down_block_types=["DownEncoderBlock2D"] * 2,
-    up_block_types=["UpDecoderBlock2D"] * 2,
-    block_out_channels=(8, 16),
-    layers_per_block=1,
-    latent_channels=4,
-    norm_num_groups=4,
-    use_quant_conv=False,
-    use_post_quant_conv=False,
-    shift_factor=0.0609,
-    scaling_factor=1.5035,
-    sample_size=32,
-)
-CLIP: dict[str, Any] = dict(
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=1,
-    hidden_size=32,
-    intermediate_size=37,
-    layer_norm_eps=1e-5,
-    num_attention_heads=4,
-    num_hidden_layers=2,
-    hidden_act="gelu",
-    projection_dim=32,
-    max_position_embeddings=77,
-)
-T5: dict[str, Any] = dict(
-    d_model=32,
-    d_kv=8,
-    d_ff=37,
-    num_layers=2,
-    num_heads=4,
-    relative_attention_num_buckets=8,
-    dropout_rate=0.0,
-    pad_token_id=0,
-    eos_token_id=1,
-    decoder_start_token_id=0,
-    feed_forward_proj="gated-gelu",
-    is_encoder_decoder=True,
-)
-WORDS = (
-    "a photo of an image painted in the colour color red green blue yellow cyan magenta white black "
-    "orange purple pink gray grey square circle cat dog tree house sky flower car with and on"
-).split()
 # FLUX.1-dev's block width (24 heads x 128, joint attention and MLP as the real model) at the depth of the "small"
 # bench config (2 double + 4 single blocks, 1.30 B parameters), on the twin's text encoders and VAE: the method
 # benches' GPU size, at which the transformer's passes dominate a step (scripts/gpu_check.py).

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rewards.color import COLOURS
+from rewardflow.colours import COLOURS
 
 
 def synthetic_colour_images(n: int, size: int, generator: torch.Generator) -> torch.Tensor:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from models.qwenimage import QwenImageBackbone
-from models.tiny_flux import WORDS
+from models.tiny_components import WORDS
 from models.tiny_tokenizers import make_qwen2_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 

@@ -16,9 +16,9 @@ from typing import Any
 import torch
 
 from models.sd3 import SD3Backbone
-from models.tiny_flux import CLIP, WORDS
-from models.tiny_flux import T5 as FLUX_T5
-from models.tiny_flux import VAE as FLUX_VAE
+from models.tiny_components import CLIP, WORDS
+from models.tiny_components import T5 as TINY_T5
+from models.tiny_components import VAE as TINY_VAE
 from models.tiny_pretrain import pretrain_vae
 from models.tiny_tokenizers import make_clip_tokenizer, make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
@@ -40,9 +40,9 @@ TRANSFORMER: dict[str, Any] = dict(
     dual_attention_layers=(0,),
     qk_norm="rms_norm",
 )
-# the FLUX twin's VAE and T5 (diffusers' own model-test sizes) with SD3.5's 16 latent channels and a text width of 64
-VAE: dict[str, Any] = {**FLUX_VAE, "latent_channels": 16, "scaling_factor": 1.5305}
-T5: dict[str, Any] = {**FLUX_T5, "d_model": 64}
+# the shared tiny VAE and T5 (models/tiny_components.py) with SD3.5's 16 latent channels and a text width of 64
+VAE: dict[str, Any] = {**TINY_VAE, "latent_channels": 16, "scaling_factor": 1.5305}
+T5: dict[str, Any] = {**TINY_T5, "d_model": 64}
 SCHEDULER: dict[str, Any] = dict(num_train_timesteps=1000, shift=3.0)  # stabilityai/stable-diffusion-3.5-medium
 CLIP_TOKENS = 16  # the pipeline pads both CLIPs to the tokenizer's length (77 in SD3.5): 16 + 16 T5 text tokens here
 VAE_PRETRAIN_STEPS = 0  # see the module docstring

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from models.tiny_flux import T5, WORDS
+from models.tiny_components import T5, WORDS
 from models.tiny_tokenizers import make_t5_tokenizer
 from models.twins import TinyTwin, materialize, recipe_key
 from models.wan import WanBackbone
@@ -44,7 +44,7 @@ VAE: dict[str, Any] = dict(
     latents_mean=[0.0] * 16,
     latents_std=[1.0] * 16,
 )
-UMT5: dict[str, Any] = {k: v for k, v in T5.items() if k != "is_encoder_decoder"}  # the FLUX twin's T5, encoder only
+UMT5: dict[str, Any] = {k: v for k, v in T5.items() if k != "is_encoder_decoder"}  # the shared tiny T5, encoder only
 # Wan-AI/Wan2.1-T2V-1.3B-Diffusers scheduler (flow_shift 3.0 for 480p)
 SCHEDULER: dict[str, Any] = dict(
     prediction_type="flow_prediction",

@@ -11,26 +11,12 @@ from typing import Any
 
 import torch
 
+from rewardflow.colours import COLOURS  # the shared table; rewards.color.COLOURS stays importable
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import prompts_or_none
 from rewards.base import Reward
 from rewards.color_config import ColorRewardConfig
 
-COLOURS = {
-    "red": (1.0, 0.0, 0.0),
-    "green": (0.0, 1.0, 0.0),
-    "blue": (0.0, 0.0, 1.0),
-    "yellow": (1.0, 1.0, 0.0),
-    "cyan": (0.0, 1.0, 1.0),
-    "magenta": (1.0, 0.0, 1.0),
-    "white": (1.0, 1.0, 1.0),
-    "black": (0.0, 0.0, 0.0),
-    "orange": (1.0, 0.5, 0.0),
-    "purple": (0.5, 0.0, 0.5),
-    "pink": (1.0, 0.75, 0.8),
-    "gray": (0.5, 0.5, 0.5),
-    "grey": (0.5, 0.5, 0.5),
-}
 _WORD = re.compile(r"[a-z]+")
 
 

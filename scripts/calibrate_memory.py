@@ -146,8 +146,8 @@ def grad_forward(model: torch.nn.Module, inputs: dict) -> tuple[int, int]:
 
 
 def add_lora(model: torch.nn.Module) -> None:
-    """peft's adapter on the planner's ``LORA_CALIBRATED_TARGETS`` (models/common.py applies it the same way); the root
-    alone has none."""
+    """peft's adapter on the planner's ``LORA_CALIBRATED_TARGETS`` (models/finetune.py applies it the same way); the
+    root alone has none."""
     from peft import LoraConfig
 
     try:

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, compose, rewardflow_cmd
 from families import FAMILIES
 from launcher.cli import config_error_in
-from models.common import ModelLoadError
+from models.loading import ModelLoadError
 from rewardflow.errors import ConfigError
 
 
