@@ -14,7 +14,7 @@ from typing import NoReturn
 import hydra
 from omegaconf import DictConfig
 
-from launcher import installation
+from launcher import installation, override_guard
 from launcher.cfg_print import hydra_cfg_resolved_in_context
 from launcher.cli_help import completion_filter
 from launcher.config import register_configs
@@ -152,6 +152,10 @@ def main() -> None:
     """The entry point. ``--plan`` (or ``plan=true``) prints the per-rank memory plan of every run of the command
     line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
     args = sys.argv[1:]
+    refused = override_guard.refusal(args)
+    if refused:  # before Hydra instantiates anything (its callbacks come first)
+        print(f"rewardflow: config error: {refused}", file=sys.stderr)
+        sys.exit(2)
     if "--plan" in args or "plan=true" in args or "+plan=true" in args:
         from launcher.plan.cli import main as plan_main
 

@@ -117,7 +117,10 @@ def test_a_dying_rank_fails_the_job_promptly_and_the_sweep_reports_it(tmp_path):
             f"output_root={tmp_path}",
         ],
         timeout=600,
-        env_extra={"PYTHONPATH": f"{ROOT / 'tests'}:{os.environ.get('PYTHONPATH', '')}"},
+        env_extra={
+            "PYTHONPATH": f"{ROOT / 'tests'}:{os.environ.get('PYTHONPATH', '')}",
+            "REWARDFLOW_ALLOW_CODE_OVERRIDES": "1",
+        },
     )
     elapsed = time.monotonic() - t0
     assert proc.returncode != 0

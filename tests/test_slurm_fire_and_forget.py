@@ -45,7 +45,7 @@ def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
             f"hydra.sweep.dir={sweep}",
         ],
         timeout=120,
-        env_extra={"PYTHONPATH": str(ROOT / "tests")},
+        env_extra={"PYTHONPATH": str(ROOT / "tests"), "REWARDFLOW_ALLOW_CODE_OVERRIDES": "1"},
     )
     returned_after = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr[-3000:]
