@@ -224,3 +224,54 @@ def test_a_checkpoint_of_another_world_size_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="cluster.tasks_per_node"):
         mgr.load(mgr.latest(), model, opt)
     assert os.path.isdir(mgr.latest())  # not set aside: the checkpoint is fine
+
+
+# ------------------------------------------------------------------------------ checksums (issue 26 item 3)
+def _flip_bytes(ckpt, count=64):
+    """Same size, other content, in the middle of the newest shard: only the checksum can tell for certain."""
+    shard = sorted(ckpt.glob("*.distcp"))[0]
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    for i in range(middle, middle + count):
+        data[i] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    return shard.name
+
+
+def test_every_file_is_recorded_with_its_size_and_sha256(tmp_path):
+    mgr, *_ = small_checkpoints(tmp_path, steps=1)
+    (ckpt,) = mgr.complete()
+    files = json.loads((ckpt / "meta.json").read_text())["files"]
+    on_disk = {p.name for p in ckpt.iterdir()} - {"meta.json", "COMPLETE"}
+    assert set(files) == on_disk and ".metadata" in files and "rank_00000.pt" in files
+    assert all(size == (ckpt / name).stat().st_size and len(sha) == 64 for name, (size, sha) in files.items())
+
+
+def test_flipped_bytes_in_the_newest_shard_fall_back_with_a_warning_naming_the_file(tmp_path, caplog):
+    mgr, model, opt, weights = small_checkpoints(tmp_path, steps=3)
+    name = _flip_bytes(tmp_path / "step_00000003")
+    with caplog.at_level(logging.WARNING):
+        path, _ = mgr.load_newest_usable(model, opt)
+    assert path.name == "step_00000002"
+    assert all(torch.equal(v, weights[2][k]) for k, v in model.state_dict().items())
+    (warning,) = [r.getMessage() for r in caplog.records if "is damaged and is skipped" in r.getMessage()]
+    assert "step_00000003" in warning and name in warning and "sha256" in warning
+
+
+def test_a_same_size_shard_from_another_run_is_damage(tmp_path):
+    mgr, model, opt, _ = small_checkpoints(tmp_path / "a", steps=2)
+    small_checkpoints(tmp_path / "b", steps=2)
+    for shard in (tmp_path / "b" / "step_00000002").glob("*.distcp"):
+        target = tmp_path / "a" / "step_00000002" / shard.name
+        assert target.stat().st_size == shard.stat().st_size
+        target.write_bytes(shard.read_bytes())
+    path, _ = mgr.load_newest_usable(model, opt)
+    assert path.name == "step_00000001"
+
+
+def test_a_trainer_run_records_and_verifies_checksums_end_to_end(tmp_path, caplog):
+    Trainer(compose([*RUN, "trainer.steps=4"]), RunInfo(run_dir=tmp_path)).fit()
+    name = _flip_bytes(tmp_path / "checkpoints" / "step_00000003")
+    with caplog.at_level(logging.WARNING):
+        resumed = Trainer(compose([*RUN, "trainer.steps=6"]), RunInfo(run_dir=tmp_path))
+    assert resumed.start_step == 2 and any(name in r.getMessage() for r in caplog.records)

@@ -7,7 +7,8 @@ Layout under ``<run_dir>/checkpoints/``::
                                   (+ the method's extra state, e.g. DiffusionNFT's lagging sampling policy,
                                   and the trainer's other states: the EMA of the weights, the LR schedule)
         rank_00000.pt ...     per-rank state: RNG states (torch, CUDA, numpy, python) as tensors and plain values
-        meta.json             step, data position, W&B run id, cumulative wall-clock, world size, run identity
+        meta.json             step, data position, W&B run id, cumulative wall-clock, world size, run identity,
+                              every file's size and sha256 (launcher/checkpoint/checksums.py)
         COMPLETE              written last, before the rename
     .step_00000100.tmp/       a checkpoint being written (never picked up by resume)
     step_00000150.damaged-<time>/   a checkpoint resume found unreadable, set aside (kept for inspection)
@@ -41,10 +42,10 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException: caught by name
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
-from launcher.checkpoint import rng_state
+from launcher.checkpoint import checksums, rng_state
 from launcher.checkpoint.async_save import AsyncSaver
 from launcher.checkpoint.safe_dcp import SafeFileSystemReader, SafeLoadPlanner, read_metadata
-from rewardflow.distributed import World, any_rank, barrier, broadcast_object
+from rewardflow.distributed import World, all_gather_objects, any_rank, barrier, broadcast_object
 from rewardflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -97,10 +98,20 @@ class CheckpointManager:
     adapter when training LoRA; frozen weights come back from the pretrained checkpoint at start-up.
     """
 
-    def __init__(self, root: str | Path, world: World, keep_last: int = 2, asynchronous: bool = False):
+    def __init__(
+        self,
+        root: str | Path,
+        world: World,
+        keep_last: int = 2,
+        asynchronous: bool = False,
+        checksums: bool = True,
+    ):
         self.root = Path(root)
         self.world = world
         self.keep_last = max(1, keep_last)
+        self.checksums = (
+            checksums  # record every file's size and sha256 in meta.json (launcher/checkpoint/checksums.py)
+        )
         self.saver = AsyncSaver() if asynchronous else None  # launcher/checkpoint/async_save.py
 
     # -- finding ------------------------------------------------------------------------------------------------
@@ -151,6 +162,8 @@ class CheckpointManager:
             return final
         with _dcp_quiet():
             dcp.save(state, checkpoint_id=str(tmp), no_dist=_single_process())
+        if self.checksums:
+            checksums.write_own(tmp, self.world.rank)  # every rank its own files, before the ranks meet
         barrier()
         if commit is not None:
             commit()
@@ -165,7 +178,10 @@ class CheckpointManager:
             barrier()  # rank 0's commit is visible to all once they pass
 
     def _commit(self, tmp: Path, final: Path, meta: dict[str, Any]) -> None:
-        """Rank 0, once every rank's shards are written: ``meta.json``, ``COMPLETE``, the rename, pruning."""
+        """Rank 0, once every rank's shards are written: the files' checksums, ``meta.json``, ``COMPLETE``, the rename,
+        pruning."""
+        if self.checksums:
+            meta = {**meta, "files": checksums.collect(tmp)}
         _fsync_write(tmp / "meta.json", json.dumps(meta))
         _fsync_write(tmp / MARKER, f"{meta['step']}\n")
         if final.exists():  # a re-save of the same step (replayed after resume)
@@ -197,6 +213,8 @@ class CheckpointManager:
                 have = (path / name).stat().st_size
                 if have < size:
                     return f"{name} is truncated ({have} of {size} bytes)"
+            if isinstance(meta.get("files"), dict):
+                return checksums.size_problem(path, meta["files"])
         except Exception as e:  # noqa: BLE001 - any failure to read it means the checkpoint cannot be used
             return f"{type(e).__name__}: {e}"
         return None
@@ -268,6 +286,8 @@ class CheckpointManager:
         for path in reversed(candidates):
             reason = broadcast_object(self.problem(path) if self.world.is_main else None)
             if reason is None:
+                reason = self._content_problem(path)
+            if reason is None:
                 try:
                     meta = self.load(path, model, optimizer, extra, states)
                 except ConfigError:
@@ -290,6 +310,14 @@ class CheckpointManager:
         if damaged:
             raise NoUsableCheckpoint(damaged)
         return None
+
+    def _content_problem(self, path: Path) -> str | None:
+        """Collective: a file whose sha256 differs from the one ``meta.json`` records (each rank checks its share)."""
+        files = json.loads((path / "meta.json").read_text()).get("files")
+        mine = None
+        if isinstance(files, dict):  # checkpoints written before checksums, or with them off, have none
+            mine = checksums.content_problem(path, files, self.world.rank, self.world.world_size)
+        return next((r for r in all_gather_objects(mine) if r is not None), None)
 
 
 class NoUsableCheckpoint(ConfigError):

@@ -40,6 +40,7 @@ MAY_CHANGE_ON_RESUME: tuple[str, ...] = (
     "trainer.ckpt_every",
     "trainer.async_checkpoint",
     "trainer.keep_last_ckpts",
+    "trainer.checkpoint_checksums",
     "trainer.sample_every",
     "trainer.num_sample_images",
     "trainer.log_every",

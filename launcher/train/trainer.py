@@ -133,7 +133,11 @@ class Trainer:
         )
         self.counter = NFECounter(self.backbone.transformer_modules())
         self.checkpoints = CheckpointManager(
-            info.run_dir / "checkpoints", self.world, int(t.keep_last_ckpts), asynchronous=bool(t.async_checkpoint)
+            info.run_dir / "checkpoints",
+            self.world,
+            int(t.keep_last_ckpts),
+            asynchronous=bool(t.async_checkpoint),
+            checksums=bool(t.checkpoint_checksums),
         )
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0

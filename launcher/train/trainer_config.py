@@ -21,6 +21,7 @@ class TrainerConfig:
     ckpt_every: int = 50  # DCP checkpoint every N steps (0: only on preemption / at the end)
     async_checkpoint: bool = False  # write checkpoints in the background (docs/performance.md#asynchronous-checkpoints)
     keep_last_ckpts: int = 2  # complete checkpoints kept (older ones are deleted)
+    checkpoint_checksums: bool = True  # every checkpoint file's sha256 in meta.json, verified on resume
     resume: bool = True  # resume from the run dir's latest complete checkpoint if there is one
     resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
     export: bool = True  # at the end, write <run_dir>/export/ in the format diffusers / peft load
