@@ -45,9 +45,7 @@ def am_loss_steps(n: int, k: int, last: int, random: int, generator: torch.Gener
     return torch.cat([early, tail], dim=1)
 
 
-class AdjointMatching(SOCMethod):
-    cfg: AdjointMatchingConfig
-
+class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
     def __init__(self, cfg: AdjointMatchingConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.num_steps = int(cfg.sampling_steps)
@@ -86,7 +84,7 @@ class AdjointMatching(SOCMethod):
         return last, min(int(cfg.loss_random_steps), k - last)
 
     @classmethod
-    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
         """K rollout forwards, the denoising forward (``denoise_last_step``), K VJPs of the frozen base (forward +
         backward) and a forward + backward per loss step."""
         k, loss = int(cfg.sampling_steps), sum(cls.loss_step_counts(cfg))

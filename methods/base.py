@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -67,17 +67,25 @@ class Rollout:
         return len(self.prompts)
 
 
-class Method(abc.ABC):
+#: the config class of a method: :class:`Method` and its subclasses are generic over it
+ConfigT = TypeVar("ConfigT", bound=MethodConfig)
+
+
+class Method(abc.ABC, Generic[ConfigT]):
     """Base class of all methods. The trainer builds one from its typed config: ``MethodCls(cfg, backbone)``.
 
-    The classmethods that read a method's config (``needs_reference``, ``passes_per_sample``, ``trained_per_sample``)
-    are only ever called on a class with its own config (the ``_target_`` of that config), so subclasses narrow
-    ``cfg`` to their config class; mypy flags that as ``[override]``, which those definitions ignore."""
+    A method is generic over its config class, ``class MyMethod(Method[MyMethodConfig])``: ``self.cfg`` and the
+    classmethods that read a config (``needs_reference``, ``passes_per_sample``, ``trained_per_sample``; only ever
+    called on a class with its own config, the ``_target_`` of that config) are typed with it. A method other methods
+    derive from with their own configs stays generic, ``class GRPO(Method[GRPOConfigT])`` with a type variable bound
+    to its config class, and each subclass names its own (``class FlashGRPO(GRPO[FlashGRPOConfig])``)."""
 
     #: the method needs ``d reward / d image`` (adjoint methods); checked against the reward before building
     requires_differentiable_reward: bool = False
 
-    def __init__(self, cfg: MethodConfig, backbone: Backbone):
+    cfg: ConfigT
+
+    def __init__(self, cfg: ConfigT, backbone: Backbone):
         self.cfg = cfg
         self.backbone = backbone
         self.world = current_world()  # this process's rank; collectives degrade to identity in one process
@@ -115,12 +123,12 @@ class Method(abc.ABC):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: MethodConfig) -> bool:
+    def needs_reference(cls, cfg: ConfigT) -> bool:
         """Whether the backbone must keep the frozen pretrained policy (KL, adjoint methods)."""
         return False
 
     @classmethod
-    def passes_per_sample(cls, cfg: MethodConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: ConfigT) -> tuple[int, int]:
         """Transformer ``(forward, backward)`` evaluations per sample in one step of this method with ``cfg``, as the
         trainer counts them on the model (``count/transformer_fwd``, ``count/transformer_bwd``; true CFG doubles
         both). A method declares it so that a test checks the counted passes against it, for any config."""

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import torch
 
-from methods.grpo import GRPO
-from methods.grpo_config import GRPOConfig
+from methods.grpo import GRPO, GRPOConfigT
 
 
-class DanceGRPO(GRPO):
+class DanceGRPO(GRPO[GRPOConfigT]):
     train_steps_before_sampling = False  # its random subsets are drawn after the noise of the rollout
 
     @classmethod
-    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+    def trained_per_sample(cls, cfg: GRPOConfigT) -> int:
         return max(1, int(cfg.timestep_fraction * (cfg.sampling_steps - 1)))
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:

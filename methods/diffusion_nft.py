@@ -44,9 +44,7 @@ from rewardflow.errors import ConfigErrors
 log = logging.getLogger(__name__)
 
 
-class DiffusionNFT(Method):
-    cfg: DiffusionNFTConfig
-
+class DiffusionNFT(Method[DiffusionNFTConfig]):
     def __init__(self, cfg: DiffusionNFTConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         if isinstance(backbone, DiffusersBackbone) and backbone.guidance_scale > 1.0:  # true CFG: only theirs
@@ -102,11 +100,11 @@ class DiffusionNFT(Method):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
         return cfg.kl_beta > 0
 
     @classmethod
-    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:
         """The N-step rollout, then per trained time the v_old and the trained forward (and the reference one with
         KL) and one backward."""
         n = int(cfg.sampling_steps)

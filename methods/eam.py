@@ -49,9 +49,7 @@ from models.backbone import Backbone, PromptEmbeds
 from rewardflow.errors import ConfigErrors
 
 
-class EAM(SOCMethod):
-    cfg: EAMConfig
-
+class EAM(SOCMethod[EAMConfig]):
     def __init__(self, cfg: EAMConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.base = LinearMemorylessBase(float(cfg.c))
@@ -88,7 +86,7 @@ class EAM(SOCMethod):
             )
 
     @classmethod
-    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:
         """The endpoint's ``endpoint_nfe`` forwards, one frozen forward for the terminal score (``anchor``: one per
         loss time instead) and a forward + backward per loss time."""
         kt = int(cfg.loss_timesteps)

@@ -31,10 +31,8 @@ from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
 
-class FlashGRPO(GRPO):
+class FlashGRPO(GRPO[FlashGRPOConfig]):
     """Flash-GRPO on the shared GRPO rollout, loss and backward (hooks only)."""
-
-    cfg: FlashGRPOConfig
 
     def __init__(self, cfg: FlashGRPOConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
@@ -82,7 +80,7 @@ class FlashGRPO(GRPO):
         )
 
     @classmethod
-    def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
         return 1  # k*
 
     # -- rollout: one SDE step per rollout, at the k* of its group ----------------------------------------------

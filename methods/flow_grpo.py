@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from methods.grpo import GRPO
-from methods.grpo_config import GRPOConfig
+from methods.grpo import GRPO, GRPOConfigT
 
 
-class FlowGRPO(GRPO):
+class FlowGRPO(GRPO[GRPOConfigT]):
     @classmethod
-    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+    def trained_per_sample(cls, cfg: GRPOConfigT) -> int:
         n = cfg.sampling_steps
         return max(1, min(n - 1, int(cfg.timestep_fraction * n)))
 

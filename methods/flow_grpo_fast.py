@@ -5,20 +5,23 @@ Outside the window the step is exactly the ODE Euler step (g = 0)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from methods.flow_grpo import FlowGRPO
 from methods.flow_grpo_fast_config import FlowGRPOFastConfig
+from methods.jagg_config import JAGGConfig
 from rewardflow.errors import ConfigErrors
 
+#: the configs the window runs with: Flow-GRPO-Fast's own, and JAGG's over it (``method.base=flow_grpo_fast``), which
+#: carries every baseline's keys (``window_size``, ``window_range``) without deriving from their config classes
+FastConfigT = TypeVar("FastConfigT", bound=FlowGRPOFastConfig | JAGGConfig)
 
-class FlowGRPOFast(FlowGRPO):
-    cfg: FlowGRPOFastConfig
 
+class FlowGRPOFast(FlowGRPO[FastConfigT]):
     @classmethod
-    def trained_per_sample(cls, cfg: FlowGRPOFastConfig) -> int:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def trained_per_sample(cls, cfg: FastConfigT) -> int:
         return int(cfg.window_size) or int(cfg.sampling_steps) - 1  # the window; size 0: (0, N-1)
 
     @classmethod

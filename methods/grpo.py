@@ -5,7 +5,7 @@ differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_tr
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -21,13 +21,14 @@ from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
 from rewardflow.errors import ConfigErrors
 
+#: the config class of a GRPO method (the baselines, Flash-GRPO, JAGG)
+GRPOConfigT = TypeVar("GRPOConfigT", bound=GRPOConfig)
 
-class GRPO(Method):
+
+class GRPO(Method[GRPOConfigT]):
     """GRPO over an SDE sampler. Subclasses choose which steps are stochastic and which are trained."""
 
-    cfg: GRPOConfig
-
-    def __init__(self, cfg: GRPOConfig, backbone: Backbone):
+    def __init__(self, cfg: GRPOConfigT, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)  # the family's grid
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
@@ -65,16 +66,16 @@ class GRPO(Method):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: GRPOConfig) -> bool:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def needs_reference(cls, cfg: GRPOConfigT) -> bool:
         return cfg.kl_beta > 0
 
     @classmethod
-    def trained_per_sample(cls, cfg: GRPOConfig) -> int:
+    def trained_per_sample(cls, cfg: GRPOConfigT) -> int:
         """How many transitions each sample trains (the variant's rule)."""
         raise NotImplementedError
 
     @classmethod
-    def passes_per_sample(cls, cfg: GRPOConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def passes_per_sample(cls, cfg: GRPOConfigT) -> tuple[int, int]:
         """The N-step rollout, then per trained transition a forward (and a reference forward with KL) and a
         backward."""
         trained = cls.trained_per_sample(cfg)

@@ -37,7 +37,7 @@ from rewardflow.errors import ConfigError, ConfigErrors
 log = logging.getLogger(__name__)
 
 
-class JAGG(GRPO):
+class JAGG(GRPO[JAGGConfig]):
     """JAGG on top of the GRPO baseline named by ``cfg.base`` (see the module docstring and docs/methods/jagg.md)."""
 
     def __new__(cls, *args, **kwargs):
@@ -46,8 +46,6 @@ class JAGG(GRPO):
             cfg = kwargs["cfg"] if "cfg" in kwargs else args[0]
             cls = VARIANTS[cfg.base]
         return super().__new__(cls)
-
-    cfg: JAGGConfig
 
     def __init__(self, cfg: JAGGConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
@@ -102,11 +100,11 @@ class JAGG(GRPO):
         return super().trained_per_sample(dataclasses.replace(m, sampling_steps=n))
 
     @classmethod
-    def trained_per_sample(cls, cfg: JAGGConfig) -> int:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def trained_per_sample(cls, cfg: JAGGConfig) -> int:
         return cls.num_trainable(cfg)
 
     @classmethod
-    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def passes_per_sample(cls, cfg: JAGGConfig) -> tuple[int, int]:
         """The baseline's forwards; backward rows: 2 per JAGG group, W per exact one (a step of ``diagnose_every``
         runs both routes). With ``group_fraction < 1`` the groups, and so the count, are drawn per step."""
         variant = VARIANTS[cfg.base]
@@ -354,7 +352,7 @@ class JAGG(GRPO):
         return out
 
 
-class JAGGDanceGRPO(JAGG, DanceGRPO):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
+class JAGGDanceGRPO(JAGG, DanceGRPO[JAGGConfig]):
     """JAGG over DanceGRPO. DanceGRPO trains a random subset of steps per sample, which does not form groups of
     consecutive steps (docs/methods/jagg.md#which-steps-are-trained-per-baseline), so JAGG trains all N - 1
     trainable steps (the paper: 21 sampling steps, 20 trained, 5 groups of 4); ``method.group_fraction < 1``
@@ -375,7 +373,7 @@ class JAGGDanceGRPO(JAGG, DanceGRPO):  # type: ignore[misc]  # JAGGConfig carrie
         return torch.arange(n - 1).expand(b, -1).clone()
 
 
-class JAGGFlowGRPO(JAGG, FlowGRPO):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
+class JAGGFlowGRPO(JAGG, FlowGRPO[JAGGConfig]):
     """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
 
     @classmethod
@@ -386,7 +384,7 @@ class JAGGFlowGRPO(JAGG, FlowGRPO):  # type: ignore[misc]  # JAGGConfig carries 
         )
 
 
-class JAGGFlowGRPOFast(JAGG, FlowGRPOFast):  # type: ignore[misc]  # JAGGConfig carries each base's keys (one config for three bases), not its class
+class JAGGFlowGRPOFast(JAGG, FlowGRPOFast[JAGGConfig]):
     """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
 
     @classmethod

@@ -10,9 +10,10 @@ import torch
 
 from methods.base import Rollout
 from methods.flow_grpo import FlowGRPO
+from methods.reinforce_grpo_config import ReinforceGRPOConfig
 
 
-class ReinforceGRPO(FlowGRPO):
+class ReinforceGRPO(FlowGRPO[ReinforceGRPOConfig]):
     def policy_loss(
         self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

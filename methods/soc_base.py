@@ -15,7 +15,7 @@ LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -28,14 +28,16 @@ from methods.update_rows import rows_per_call
 from models.backbone import Backbone, PromptEmbeds
 from rewardflow.errors import ConfigErrors
 
+#: the config class of a stochastic-optimal-control method (adjoint matching, EAM)
+SOCConfigT = TypeVar("SOCConfigT", bound=SOCConfig)
 
-class SOCMethod(Method):
+
+class SOCMethod(Method[SOCConfigT]):
     """Base class of the adjoint methods (needs a differentiable reward and the frozen pretrained model)."""
 
     requires_differentiable_reward = True
-    cfg: SOCConfig
 
-    def __init__(self, cfg: SOCConfig, backbone: Backbone):
+    def __init__(self, cfg: SOCConfigT, backbone: Backbone):
         super().__init__(cfg, backbone)
         self.schedule = MemorylessSchedule(float(cfg.sigma_offset))
         self.convention = time_convention(backbone)
@@ -60,7 +62,7 @@ class SOCMethod(Method):
         )
 
     @classmethod
-    def needs_reference(cls, cfg: SOCConfig) -> bool:  # type: ignore[override]  # narrows cfg to its own config: see Method's class docstring
+    def needs_reference(cls, cfg: SOCConfigT) -> bool:
         return True
 
     # -- velocities in AM time ----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ mean of the best ``frame_topk_frac`` of frames (the Flash-GRPO recipe uses the t
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Generic, Iterable, TypeVar
 
 import torch
 from torch import nn
@@ -20,14 +20,21 @@ from torch import nn
 from rewardflow.errors import ConfigErrors
 from rewards.base_config import FrameReduce, RewardConfig
 
+#: the config class of a reward: :class:`Reward` and its subclasses are generic over it
+RewardConfigT = TypeVar("RewardConfigT", bound=RewardConfig)
 
-class Reward(nn.Module):
-    """Base class. Subclasses set ``differentiable`` and implement :meth:`score`."""
+
+class Reward(nn.Module, Generic[RewardConfigT]):
+    """Base class. Subclasses set ``differentiable`` and implement :meth:`score`. A reward is generic over its config
+    class, ``class MyReward(Reward[MyRewardConfig])``, which types ``self.cfg`` and the classmethods that read a
+    config (:meth:`is_differentiable`, only ever asked about the reward's own config)."""
 
     #: whether ``score`` is differentiable with respect to the images (class attribute, read before building)
     differentiable: bool = False
 
-    def __init__(self, cfg: RewardConfig):
+    cfg: RewardConfigT
+
+    def __init__(self, cfg: RewardConfigT):
         super().__init__()
         self.cfg = cfg
         self.name = cfg.name
@@ -50,7 +57,7 @@ class Reward(nn.Module):
             )
 
     @classmethod
-    def is_differentiable(cls, cfg: RewardConfig) -> bool:
+    def is_differentiable(cls, cfg: RewardConfigT) -> bool:
         """Whether the reward built from ``cfg`` is differentiable (a class fact unless it depends on the config,
         as for a weighted sum of rewards)."""
         return cls.differentiable

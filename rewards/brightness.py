@@ -12,7 +12,7 @@ from rewards.base import Reward
 from rewards.brightness_config import BrightnessRewardConfig
 
 
-class BrightnessReward(Reward):
+class BrightnessReward(Reward[BrightnessRewardConfig]):
     differentiable = True
 
     def __init__(self, cfg: BrightnessRewardConfig):

@@ -17,7 +17,7 @@ only the backbone's transformer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -26,14 +26,19 @@ from torch import nn
 from rewardflow.dtypes import Dtype, torch_dtype
 from rewardflow.errors import ConfigErrors
 from rewards.base import Reward
+from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
+from rewards.hps_config import HPSRewardConfig
+
+#: the configs of the CLIP-style rewards (each has the ``dtype`` this class reads)
+CLIPConfigT = TypeVar("CLIPConfigT", bound=HPSRewardConfig | PickScoreRewardConfig | CLIPScoreRewardConfig)
 
 
-class CLIPStyleReward(Reward):
+class CLIPStyleReward(Reward[CLIPConfigT]):
     differentiable = True
     #: prompts whose embeddings are kept; the cache is emptied when it grows past this
     text_cache_size = 4096
 
-    def __init__(self, cfg: Any):
+    def __init__(self, cfg: CLIPConfigT):
         super().__init__(cfg)
         self.dtype_name = cfg.dtype
         self._text_cache: dict[str, torch.Tensor] = {}

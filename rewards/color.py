@@ -24,7 +24,7 @@ def named_colours(prompt: str) -> list[str]:
     return [w for w in _WORD.findall(prompt.lower()) if w in COLOURS]
 
 
-class ColorReward(Reward):
+class ColorReward(Reward[ColorRewardConfig]):
     differentiable = True
 
     def __init__(self, cfg: ColorRewardConfig):

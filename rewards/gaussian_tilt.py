@@ -23,7 +23,7 @@ from rewards.base import Reward
 from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
 
-class GaussianTiltReward(Reward):
+class GaussianTiltReward(Reward[GaussianTiltRewardConfig]):
     differentiable = True
 
     def __init__(self, cfg: GaussianTiltRewardConfig):

@@ -43,7 +43,7 @@ def _features(out) -> torch.Tensor:
     return out if isinstance(out, torch.Tensor) else out.pooler_output
 
 
-class HFCLIPReward(CLIPStyleReward):
+class HFCLIPReward(CLIPStyleReward[PickScoreRewardConfig | CLIPScoreRewardConfig]):
     """A ``CLIPModel`` reward: ``logit_scale.exp() x cosine(image, prompt) / divide_by``, built from its typed config:
     ``cfg.path`` is a hub id or local folder of the ``CLIPModel`` (``config.json`` + safetensors or .bin weights),
     ``cfg.processor_path`` that of the processor (tokenizer + ``preprocessor_config.json``; null: ``path``),

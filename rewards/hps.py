@@ -36,7 +36,7 @@ def register_arch(arch: str) -> str:
     return arch
 
 
-class HPSv21Reward(CLIPStyleReward):
+class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
     """HPSv2.1 reward, built from its typed config (:class:`rewards.hps_config.HPSRewardConfig`): ``cfg.path`` is a
     hub id (default ``xswu/HPSv2``), a local folder holding ``cfg.filename``, or the checkpoint file itself (``.pt``
     with a ``state_dict`` entry, or ``.safetensors``); ``cfg.arch`` an open_clip architecture (``ViT-H-14``) or a

@@ -12,7 +12,7 @@ from rewards.base import Reward
 from rewards.jpeg_config import JpegRewardConfig
 
 
-class JpegCompressibility(Reward):
+class JpegCompressibility(Reward[JpegRewardConfig]):
     differentiable = False
 
     def __init__(self, cfg: JpegRewardConfig):

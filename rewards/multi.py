@@ -45,7 +45,7 @@ def component_class(cfg: RewardConfig, key: str) -> type[Reward]:
     return cls
 
 
-class MultiReward(Reward):
+class MultiReward(Reward[MultiRewardConfig]):
     """Weighted sum of component rewards, built from its typed config
     (:class:`rewards.multi_config.MultiRewardConfig`): each of ``cfg.components`` is built from its own config and
     weighted by ``cfg.weights[name]`` after ``cfg.normalize`` (:mod:`rewards.normalization`). ``components`` gives
@@ -109,7 +109,7 @@ class MultiReward(Reward):
                 component.check(dataclasses.replace(cfg, reward=c), errors.under("reward", f"reward.components.{n}"))
 
     @classmethod
-    def is_differentiable(cls, cfg: MultiRewardConfig) -> bool:  # type: ignore[override]  # a reward class is only asked about its own config
+    def is_differentiable(cls, cfg: MultiRewardConfig) -> bool:
         return all(
             cfg.weights.get(n, 1.0) == 0 or component_class(c, f"reward.components.{n}").is_differentiable(c)
             for n, c in cfg.components.items()

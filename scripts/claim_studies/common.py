@@ -1,5 +1,6 @@
 """Plumbing of the claim studies: trainers built from Hydra overrides, the compute axis, seed statistics and the
-verdict words.
+verdict words, and what the studies' write-ups (``<study>_report``) share: a page's head, statistics as JSON, the
+verdict the parts agree on, and the plots' setup and mean-over-seeds curves.
 
 Every run goes through rewardflow's own :class:`launcher.train.trainer.Trainer` (one ``train_step`` at a time, so a study
 can evaluate between steps) and its statistics are :mod:`launcher.compare.stats`: means over seeds with Student's t
@@ -15,13 +16,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from launcher.compare.stats import Estimate, estimate  # noqa: E402
+from launcher.compare.stats import Estimate, curve_interval, estimate  # noqa: E402
 
 REPRODUCED = "reproduced"
 NOT_REPRODUCED = "not reproduced"
@@ -142,6 +145,47 @@ def fmt_g(e: Estimate, digits: int = 3) -> str:
 def as_dict(e: Estimate) -> dict:
     """JSON form of an estimate."""
     return {"mean": e.mean, "lo": e.lo, "hi": e.hi, "n": e.n, "interval": e.method, "values": list(e.values)}
+
+
+def stats_json(stats: dict) -> dict:
+    """JSON form of per-variant statistics (variant -> name -> an estimate or a plain value)."""
+    return {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()}
+
+
+def agreed(verdicts: Iterable[str]) -> str:
+    """One word for a claim tested in parts (testbeds, reward scales): the verdict every part that met its
+    precondition agrees on, else (parts disagree, or none was tested) inconclusive."""
+    tested = set(verdicts)
+    return tested.pop() if len(tested) == 1 else INCONCLUSIVE
+
+
+def page_head(title: str, claim: str, verdict: str, after: str) -> list[str]:
+    """A study page's first lines: its title, then the claim with the verdict in bold (``verdict``: the bold text
+    after ``Verdict: ``; ``after``: what follows it on the line)."""
+    return [f"# {title}", "", f"**Claim** ({claim}). **Verdict: {verdict}**{after}", ""]
+
+
+def pyplot():
+    """matplotlib's pyplot, drawing to files only (the Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_seeds(ax, evals: list[list], x: int, color: str, label: str, x_scale: float | None = None) -> None:
+    """The evaluation reward (column 3 of each evaluation row) against column ``x`` (divided by ``x_scale``), its mean
+    over the seeds' runs (``evals``: one list of rows per seed, cut to the shortest) with a 95% band."""
+    n = min(len(e) for e in evals)
+    xs = np.array([row[x] for row in evals[0][:n]])
+    if x_scale is not None:
+        xs = xs / x_scale
+    ys = np.array([[row[3] for row in e[:n]] for e in evals])
+    lo, hi = curve_interval(ys) if len(evals) > 1 else (ys[0], ys[0])
+    ax.plot(xs, ys.mean(0), marker="o", ms=3, color=color, label=label)
+    ax.fill_between(xs, lo, hi, color=color, alpha=0.15, lw=0)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:

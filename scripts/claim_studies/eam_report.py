@@ -10,12 +10,15 @@ from claim_studies.common import (
     NOT_REPRODUCED,
     REPRODUCED,
     StudyResult,
-    as_dict,
+    agreed,
     estimate,
     fmt,
     fmt_g,
+    page_head,
+    pyplot,
     reproduce,
     sign_of,
+    stats_json,
     table,
 )
 from claim_studies.eam import LAMBDAS, METHODS
@@ -192,11 +195,7 @@ def cost_md(data: dict) -> str:
 
 
 def figures(data: dict) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     lams = list(data["by_lambda"])
     fig, axes = plt.subplots(1, len(lams), figsize=(5.6 * len(lams), 4.2), squeeze=False)
     for ax, lam in zip(axes[0], lams):
@@ -224,8 +223,7 @@ def write_up(data: dict) -> StudyResult:
     for lam, res in data["by_lambda"].items():
         md, verdicts[lam], ratios[lam] = lambda_md(lam, res, data)
         parts.append(md)
-    tested = {v for lam, v in verdicts.items() if data["by_lambda"][lam]["precondition"]["passed"]}
-    verdict = tested.pop() if len(tested) == 1 else INCONCLUSIVE
+    verdict = agreed(v for lam, v in verdicts.items() if data["by_lambda"][lam]["precondition"]["passed"])
     head = data["tolerances"][-1]
     claim = "EAM converges up to 4x faster than Adjoint Matching and matches or surpasses it (arXiv:2605.11480)"
     toy, twin = data["cost_toy"], data["cost_twin"]
@@ -245,10 +243,7 @@ def write_up(data: dict) -> StudyResult:
     }
     intro = "\n".join(
         [
-            "# EAM against Adjoint Matching",
-            "",
-            f"**Claim** ({claim}). **Verdict: {verdict}.**",
-            "",
+            *page_head("EAM against Adjoint Matching", claim, f"{verdict}.", ""),
             "Testbed: the Gaussian SOC toy (`experiment=toy_eam`, `experiment=toy_am`): the target p_pre exp(lambda r) is "
             "a known Gaussian at every lambda. One ruler for every method: "
             f"{data['ruler']['samples']} samples of a {data['ruler']['steps']}-step Heun ODE of the trained model against "
@@ -272,13 +267,7 @@ def write_up(data: dict) -> StudyResult:
         ]
     )
     body = intro + "\n".join(parts) + "\n## Per-iteration cost, like for like\n\n" + cost_md(data) + "\n"
-    stats = {
-        lam: {
-            name: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()}
-            for name, s in lambda_stats(res, f"{head:g}").items()
-        }
-        for lam, res in data["by_lambda"].items()
-    }
+    stats = {lam: stats_json(lambda_stats(res, f"{head:g}")) for lam, res in data["by_lambda"].items()}
     return StudyResult(
         name="eam",
         title="EAM vs Adjoint Matching",

@@ -5,24 +5,25 @@ from __future__ import annotations
 import statistics
 import textwrap
 
-import numpy as np
-
 from claim_studies.common import (
     INCONCLUSIVE,
     MIN_SEEDS,
     NOT_REPRODUCED,
     REPRODUCED,
     StudyResult,
-    as_dict,
+    agreed,
     estimate,
     fmt,
+    page_head,
     paired,
+    plot_seeds,
+    pyplot,
     reproduce,
     sign_of,
+    stats_json,
     table,
 )
 from claim_studies.flash import BETWEEN_OVER_NOISE_MIN, FLASH_FAMILY, LAMBDA_SPREAD_MIN, TESTBEDS, VARIANTS
-from launcher.compare.stats import curve_interval
 
 LABELS = {
     "flash": "Flash-GRPO",
@@ -86,8 +87,7 @@ def testbed_verdict(res: dict, stats: dict) -> tuple[str, str]:
 
 def overall(verdicts: dict[str, str], preconditions: dict[str, bool]) -> str:
     """One word for the claim: the verdict every testbed that met its precondition agrees on, else inconclusive."""
-    tested = {verdicts[t] for t, ok in preconditions.items() if ok}
-    return tested.pop() if len(tested) == 1 else INCONCLUSIVE
+    return agreed(verdicts[t] for t, ok in preconditions.items() if ok)
 
 
 def median_norms(norms: dict) -> dict[int, float]:
@@ -220,26 +220,16 @@ def grad_norm_md(res: dict) -> str:
 
 
 def figures(data: dict) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figs = {}
     tested = [t for t in data.values() if t["runs"]]
     if tested:
         fig, axes = plt.subplots(1, len(tested), figsize=(6.4 * len(tested), 4.4), squeeze=False)
         for ax, res in zip(axes[0], tested):
             for i, v in enumerate(VARIANTS):
-                recs = res["runs"][v]["records"]
-                n = min(len(r["evals"]) for r in recs)
-                xs = np.array([e[0] for e in recs[0]["evals"][:n]]) / res["budget_units"]
-                ys = np.array([[e[3] for e in r["evals"][:n]] for r in recs])
-                lo, hi = curve_interval(ys) if len(recs) > 1 else (ys[0], ys[0])
-                ax.plot(
-                    xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=f"{LABELS[v]} (lr {res['runs'][v]['lr']:g})"
-                )
-                ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
+                evals = [r["evals"] for r in res["runs"][v]["records"]]
+                label = f"{LABELS[v]} (lr {res['runs'][v]['lr']:g})"
+                plot_seeds(ax, evals, 0, f"C{i}", label, x_scale=res["budget_units"])
             ax.set(
                 xlabel="compute / budget (forwards + 2 x backwards)",
                 ylabel="evaluation reward (ODE, fixed noise)",
@@ -280,9 +270,7 @@ def write_up(data: dict) -> StudyResult:
             verdicts[name], reasons[name] = testbed_verdict(res, stats)
         else:
             verdicts[name], reasons[name] = INCONCLUSIVE, "its precondition failed, so the variants were not trained"
-        json_stats[name] = {
-            v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()
-        }
+        json_stats[name] = stats_json(stats)
         budget = (
             f"Budget: the compute of {res['budget_flash_steps']} Flash-GRPO steps of {res['samples_per_step']} "
             f"samples ({res['budget_units']:.0f} forward-pass units, a backward counted as 2 forwards)."
@@ -344,13 +332,10 @@ def write_up(data: dict) -> StudyResult:
         ),
         "figures": "; ".join(row_fig),
     }
+    only = f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."
     intro = "\n".join(
         [
-            "# Flash-GRPO: one SDE step, grouped by timestep and rectified",
-            "",
-            f"**Claim** ({claim}). **Verdict: {verdict}**"
-            + (f" (on the {', '.join(data)} testbed only; not run yet: {', '.join(missing)})." if missing else "."),
-            "",
+            *page_head("Flash-GRPO: one SDE step, grouped by timestep and rectified", claim, verdict, only),
             "Variants (all with 10 sampling steps, Flow-GRPO's flow kernel, clip range 1e-3, advantages over the step's "
             "global std, SDE steps drawn from k* in 0..8, no KL; each at its best learning rate of the sweep, then "
             "trained on fresh seeds to the same compute): " + "; ".join(f"`{v}` = {LABELS[v]}" for v in VARIANTS) + ".",

@@ -4,24 +4,25 @@ from __future__ import annotations
 
 import statistics
 
-import numpy as np
-
 from claim_studies.common import (
     INCONCLUSIVE,
     MIN_SEEDS,
     NOT_REPRODUCED,
     REPRODUCED,
     StudyResult,
-    as_dict,
     estimate,
     fmt,
+    page_head,
     paired,
+    plot_seeds,
+    pyplot,
     reproduce,
     sign_of,
+    stats_json,
     table,
 )
 from claim_studies.jagg import VARIANTS, cosines
-from launcher.compare.stats import Estimate, curve_interval
+from launcher.compare.stats import Estimate
 
 LABELS = {
     "jagg": "JAGG",
@@ -149,22 +150,12 @@ def results_md(data: dict, stats: dict) -> str:
 
 
 def figures(data: dict) -> dict:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     if not data["runs"]:
         return {}
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for i, v in enumerate(VARIANTS):
-        recs = data["runs"][v]
-        n = min(len(r["evals"]) for r in recs)
-        xs = np.array([e[2] for e in recs[0]["evals"][:n]])
-        ys = np.array([[e[3] for e in r["evals"][:n]] for r in recs])
-        lo, hi = curve_interval(ys) if len(recs) > 1 else (ys[0], ys[0])
-        ax.plot(xs, ys.mean(0), marker="o", ms=3, color=f"C{i}", label=LABELS[v])
-        ax.fill_between(xs, lo, hi, color=f"C{i}", alpha=0.15, lw=0)
+        plot_seeds(ax, [r["evals"] for r in data["runs"][v]], 2, f"C{i}", LABELS[v])
     ax.set(
         xlabel="step",
         ylabel="evaluation reward (ODE, fixed noise, held-out prompts)",
@@ -206,10 +197,7 @@ def write_up(data: dict) -> StudyResult:
     }
     body = "\n".join(
         [
-            "# JAGG: two backward passes per group, quality kept?",
-            "",
-            f"**Claim** ({claim}). **Verdict: {verdict}** ({reason}).",
-            "",
+            *page_head("JAGG: two backward passes per group, quality kept?", claim, verdict, f" ({reason})."),
             "The paper also credits the t-interpolation of the upstream gradients between the two endpoints; tested "
             "against the nearest-endpoint ablation (the same two backward passes, each step sent whole to the nearer "
             f"endpoint): **{interp}** ({interp_reason}"
@@ -235,7 +223,6 @@ def write_up(data: dict) -> StudyResult:
             *(["## Training at equal steps", "", results_md(data, stats), ""] if stats else []),
         ]
     )
-    json_stats = {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()}
     return StudyResult(
         name="jagg",
         title="JAGG",
@@ -247,7 +234,7 @@ def write_up(data: dict) -> StudyResult:
             "reason": reason,
             "margin": margin,
             "interpolation_verdict": interp,
-            "statistics": json_stats,
+            "statistics": stats_json(stats),
             "raw": data,
         },
         figures=figures(data),
