@@ -18,7 +18,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 
 from conftest import compose
 from launcher.checkpoint import rng_state
-from launcher.checkpoint.manager import CheckpointManager, NoUsableCheckpoint
+from launcher.checkpoint.manager import CheckpointManager, CheckpointMisfit, NoUsableCheckpoint
 from launcher.train.trainer import RunInfo, Trainer
 from rewardflow.distributed import World
 
@@ -275,3 +275,28 @@ def test_a_trainer_run_records_and_verifies_checksums_end_to_end(tmp_path, caplo
     with caplog.at_level(logging.WARNING):
         resumed = Trainer(compose([*RUN, "trainer.steps=6"]), RunInfo(run_dir=tmp_path))
     assert resumed.start_step == 2 and any(name in r.getMessage() for r in caplog.records)
+
+
+# ------------------------------------------------------------------------------ resume never destroys (item 2)
+def test_a_checkpoint_that_does_not_fit_the_model_is_a_config_error_and_stays(tmp_path):
+    mgr, *_ = small_checkpoints(tmp_path, steps=2)
+    other = torch.nn.Linear(4, 5)  # another model: every checkpoint misfits, none is damaged
+    opt = torch.optim.AdamW(other.parameters())
+    other(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    with pytest.raises(CheckpointMisfit, match="Size mismatch between saved") as err:
+        mgr.load_newest_usable(other, opt)
+    assert "step_00000002" in str(err.value) and "Fix" in str(err.value)
+    assert [p.name for p in tmp_path.iterdir()] and not list(tmp_path.glob("*.damaged-*"))
+    assert [p.name for p in mgr.complete()] == ["step_00000001", "step_00000002"]
+
+
+def test_starting_over_moves_the_old_history_aside_and_uses_a_new_wandb_run(tmp_path):
+    run = [*RUN, "logger=wandb", "trainer.steps=2"]
+    Trainer(compose(run), RunInfo(run_dir=tmp_path)).fit()
+    first_rows = (tmp_path / "metrics.jsonl").read_text()
+    first_id = (tmp_path / "wandb_run_id").read_text()
+    Trainer(compose([*run, "trainer.resume=false"]), RunInfo(run_dir=tmp_path)).fit()
+    (aside,) = tmp_path.glob("metrics.before-*.jsonl")
+    assert aside.read_text() == first_rows
+    assert (tmp_path / "wandb_run_id").read_text() != first_id

@@ -73,11 +73,18 @@ def _dcp_quiet():
         yield
 
 
+_RAISED = re.compile(r"^\w*(Error|Exception): ")
+#: what DCP says when a whole checkpoint does not fit the model and optimizer it is loaded into (another model,
+#: LoRA vs full fine-tuning): the run's config, not damage, so the checkpoint is never set aside for it
+_MISFIT = re.compile(r"Missing key in checkpoint state_dict|Size mismatch between saved")
+
+
 def _first_line(error: BaseException) -> str:
-    """DCP's errors carry every rank's traceback; the last line of the first says what went wrong."""
-    lines = [line for line in str(error).splitlines() if line.strip()]
+    """DCP's errors carry every rank's traceback; the first ``...Error: message`` line says what went wrong."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    raised = [line for line in lines if _RAISED.match(line)]
     errors = [line for line in lines if "Error" in line.split(":")[0]]
-    return (errors or lines or [""])[0].strip()[:300]
+    return (raised or errors or lines or [""])[0][:300]
 
 
 def _single_process() -> bool:
@@ -288,12 +295,17 @@ class CheckpointManager:
             if reason is None:
                 reason = self._content_problem(path)
             if reason is None:
+                misfit = None
                 try:
                     meta = self.load(path, model, optimizer, extra, states)
                 except ConfigError:
                     raise
                 except (Exception, CheckpointException) as e:  # noqa: BLE001 - damage the cheap check missed
                     reason = f"{type(e).__name__}: {_first_line(e)}"
+                    misfit = reason if _MISFIT.search(str(e)) else None
+                misfit = next((m for m in all_gather_objects(misfit) if m), None)
+                if misfit is not None:
+                    raise CheckpointMisfit(path, misfit)
                 if not any_rank(reason is not None):
                     if damaged and self.world.is_main:
                         log.warning("resuming from %s, the newest usable checkpoint", path)
@@ -329,6 +341,18 @@ class NoUsableCheckpoint(ConfigError):
         listing = "; ".join(f"{p} ({reason})" for p, reason in damaged)
         super().__init__(
             f"no checkpoint to resume from is usable: {listing}. Fix: trainer.resume=false starts this "
-            f"run dir over (its metrics.jsonl is replaced), or trainer.resume_from=<another run dir "
-            f"or checkpoint>"
+            f"run dir over (its metrics.jsonl and checkpoints are moved aside), or trainer.resume_from=<another "
+            f"run dir or checkpoint>"
+        )
+
+
+class CheckpointMisfit(ConfigError):
+    """A whole checkpoint that does not fit this run's model and optimizer: the config differs from the run that
+    wrote it (a checkpoint without a run identity, or a change the identity does not cover). Nothing is set aside."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(
+            f"checkpoint {path} does not fit this run's model and optimizer ({reason}): it was written with another "
+            f"config, and is left as it is. Fix: resume with the config of the run that wrote it (see its "
+            f"meta.json), or trainer.resume=false to start this run dir over (its checkpoints are moved aside)"
         )

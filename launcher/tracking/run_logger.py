@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,11 @@ class RunLogger:
             self.last_logged_step = max((int(r["step"]) for r in self.history if not is_eval_row(r)), default=-1)
             self.last_eval_step = max((int(r["step"]) for r in self.history if is_eval_row(r)), default=-1)
             self._backfill()
+        elif self.metrics_path.exists() and self.metrics_path.stat().st_size:
+            # a run dir started over keeps its earlier history beside the new one, never replaced by it
+            aside = self.run_dir / f"metrics.before-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+            os.replace(self.metrics_path, aside)
+            log.warning("this run starts at step 0: the run dir's earlier metrics.jsonl was moved to %s", aside)
         elif self.metrics_path.exists():
             self.metrics_path.unlink()
 

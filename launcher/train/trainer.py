@@ -193,8 +193,9 @@ class Trainer:
         )
         own_id = self._wandb_id_file()
         wandb_id = own_id.read_text().strip() if self.cfg.trainer.resume and own_id.exists() else None
-        if start is None:
-            return wandb_id
+        if start is None:  # step 0: an earlier attempt's history is moved aside, and never shares its W&B run
+            earlier = self.info.run_dir / "metrics.jsonl"
+            return None if earlier.is_file() and earlier.stat().st_size else wandb_id
         if self.ema is not None and "ema" not in start.meta.get("states", []):
             log.warning("checkpoint %s holds no EMA of the weights: the EMA restarts from them", start.checkpoint)
             self.ema = ParameterEMA(self.backbone.transformer, self.params, float(self.cfg.trainer.ema_decay))
