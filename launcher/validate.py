@@ -77,6 +77,11 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
         f"must be >= 1 (got {t.max_nonfinite_in_a_row})",
     )
     errors.require(
+        math.isfinite(t.max_weight_growth) and t.max_weight_growth >= 0,
+        "trainer.max_weight_growth",
+        f"must be a finite number >= 0 (got {t.max_weight_growth}); 0 disables the exploded-weights check",
+    )
+    errors.require(
         t.sample_every >= 0, "trainer.sample_every", f"must be >= 0 (got {t.sample_every}); 0 disables image grids"
     )
     errors.require(

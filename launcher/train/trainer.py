@@ -32,6 +32,7 @@ from launcher.tracking.run_logger import RunLogger
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
 from launcher.train.evaluation import Evaluator, held_out_prompts
+from launcher.train.health import StepHealth, aborted
 from launcher.train.lr_schedule import build_lr_schedule, build_optimizer
 from launcher.train.update_loop import UpdateLoop
 from launcher.validate import validate
@@ -141,9 +142,11 @@ class Trainer:
         )
         self.preemption = preemption.install(float(cfg.cluster.get("signal_delay_s", 0)))
         self.nonfinite_in_a_row = 0
+        self.health = StepHealth(self.params, float(t.max_weight_growth))
         self.wallclock = 0.0
         self.start_step = 0
         wandb_id = self._resume()
+        self.health.start()  # the weights' norm the run starts (or resumes) from
         if self.world.is_main:  # the run dir now belongs to this run (launcher/checkpoint/run_identity.py)
             run_identity.write(info.run_dir, cfg, info.overrides)
         self.logger = RunLogger(
@@ -209,7 +212,12 @@ class Trainer:
             own_id.unlink(missing_ok=True)
         return None
 
-    def save_checkpoint(self, step: int) -> Path:
+    def save_checkpoint(self, step: int) -> Path | None:
+        """Collective: a checkpoint of ``step``, unless that step left the model unhealthy (launcher/train/health.py):
+        then None, and the last good checkpoint stays the newest."""
+        if not self.health.last_ok:
+            log.warning("step %d is not checkpointed: its update was skipped or its weights are broken", step)
+            return None
         backend = self.logger.backend
         meta = {
             **run_identity.record(self.cfg, self.info.overrides),
@@ -288,7 +296,10 @@ class Trainer:
         metrics.update(self.reward.step_metrics())
         metrics.update(method.step_metrics())
         metrics["health/skipped_updates"] = skipped
-        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped else 0
+        weights_problem = self.health.after_step(skipped, metrics)  # launcher/train/health.py
+        if weights_problem:
+            log.warning("step %d: %s; this step is not checkpointed", step, weights_problem)
+        self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped or weights_problem else 0
 
         step_s = time.perf_counter() - t_start
         self.wallclock += step_s
@@ -315,10 +326,7 @@ class Trainer:
             self._log_samples(rollout, step)
         if self.nonfinite_in_a_row >= cfg.trainer.max_nonfinite_in_a_row:
             raise TrainingAborted(
-                f"{self.nonfinite_in_a_row} steps in a row had a NaN/Inf reward, loss or gradient, so their updates "
-                f"were skipped (trainer.max_nonfinite_in_a_row={cfg.trainer.max_nonfinite_in_a_row}). Fix: lower "
-                f"optimizer.lr, keep trainer.max_grad_norm > 0, check the reward on the run's sample images "
-                f"({self.info.run_dir / 'samples'})."
+                aborted(self.nonfinite_in_a_row, cfg.trainer.max_nonfinite_in_a_row, self.info.run_dir)
             )
         return metrics
 

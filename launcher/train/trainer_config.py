@@ -14,7 +14,8 @@ class TrainerConfig:
     max_grad_norm: float = 1.0  # 0 disables clipping
     sample_every: int = 25  # image grid every N steps (W&B and PNG); 0 disables
     num_sample_images: int = 8
-    max_nonfinite_in_a_row: int = 3  # abort after this many consecutive skipped (NaN/Inf) updates
+    max_nonfinite_in_a_row: int = 3  # abort after this many consecutive skipped (NaN/Inf) or exploded steps
+    max_weight_growth: float = 100.0  # a step whose weights' norm exceeds this x its start value exploded; 0: off
     threads: int = 0  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
     progress: bool = True  # progress bar with reward and s/step (drawn on a terminal only)
     log_every: int = 10  # a plain log line every N steps (console and run log); 0: off
