@@ -24,6 +24,7 @@ class ExportMixin:
     # set by DiffusersBackbone._init_common, the family's constructor and LoadingMixin._load_transformer
     family: str
     path: str
+    hub_id: str
     finetune: str
     transformer: nn.Module
     pipe: Any
@@ -73,7 +74,7 @@ class ExportMixin:
             info = {
                 "family": self.family,
                 "backbone": type(self).__name__,
-                "base_model": self.path,
+                **self._base_model_reference(),
                 "finetune": self.finetune,
                 "load_with": (
                     "pipe.load_lora_weights(dir)"
@@ -83,6 +84,19 @@ class ExportMixin:
             }
             (out / "rewardflow_export.json").write_text(json.dumps(info, indent=2) + "\n")
         return out
+
+    def _base_model_reference(self) -> dict[str, str]:
+        """What the export was fine-tuned from, in terms that hold on another machine: the hub id, or the family's
+        published model and the local folder's name, or the tiny twin's recipe; never an absolute path of the
+        machine that wrote it."""
+        from models.loading import looks_like_hub_id
+
+        if looks_like_hub_id(self.path):
+            return {"base_model": self.path}
+        twin = getattr(self, "twin_recipe", None)
+        if twin:
+            return {"base_model": twin}
+        return {"base_model": self.hub_id or "a local folder", "base_model_folder": Path(self.path).name}
 
     def _write_transformer(self, folder: Path, state: dict[str, torch.Tensor]) -> None:
         import inspect

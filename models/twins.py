@@ -91,4 +91,8 @@ class TinyTwin:
 
     def __init__(self, cfg: Any, keep_reference: bool = False):
         folder = cfg.path or str(type(self).materialize(cfg.cache_dir, cfg.seed))
+        # the export names the twin by its recipe, not by this machine's cache path (models/export.py)
+        self.twin_recipe = f"rewardflow tiny twin: model={cfg.name} " + (
+            f"model.seed={cfg.seed}" if not cfg.path else f"model.path=<{Path(cfg.path).name}>"
+        )
         super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)  # type: ignore[call-arg]

@@ -342,7 +342,8 @@ def test_save_pretrained_exports_what_diffusers_loads(name, lora_backbones, tmp_
     bb.save_pretrained(tmp_path / "lora")
     assert (tmp_path / "lora" / "pytorch_lora_weights.safetensors").exists()
     info = json.loads((tmp_path / "lora" / "rewardflow_export.json").read_text())
-    assert info["finetune"] == "lora" and info["base_model"] == bb.path
+    assert info["finetune"] == "lora" and info["base_model"].startswith("rewardflow tiny twin: model=")
+    assert not any(str(v).startswith("/") or "/tmp" in str(v) for v in info.values())  # no path of this machine
 
     fresh = fam.build(finetune="full")
     fresh.pipe.load_lora_weights(str(tmp_path / "lora"))  # diffusers' own LoRA loader
