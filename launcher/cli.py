@@ -5,6 +5,7 @@ Bad configs end with a one-paragraph message naming the key and the fix (exit co
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import sys
@@ -64,6 +65,7 @@ def run(cfg: DictConfig, info=None) -> float:
     from launcher.train.trainer import Trainer, TrainingAborted
 
     _quiet_libraries()
+    logging.raiseExceptions = False  # a full disk must not turn every later log line into a printed traceback
     try:
         trainer = Trainer(cfg, info or _run_info(cfg))
     except Exception as e:  # noqa: BLE001 - Hydra wraps errors raised while instantiating components
@@ -80,6 +82,16 @@ def run(cfg: DictConfig, info=None) -> float:
     except Exception as e:
         import time
         import traceback
+
+        disk = disk_error_in(e)
+        if disk is not None:  # a full disk or a read-only run folder: one line, not a chain of tracebacks
+            print(
+                f"rewardflow: cannot write {disk.filename or 'a file'}: {disk.strerror} (errno {disk.errno}). Fix: "
+                f"free space or make the run folder writable, then run the same command to resume from the run's "
+                f"last checkpoint",
+                file=sys.stderr,
+            )
+            sys.exit(1)
 
         from launcher.cluster.job_logs import RankFailure, other_ranks_report
 
@@ -116,6 +128,22 @@ def _report(message: str, exit_code: int) -> NoReturn:
     print(f"rewardflow: {message}", file=sys.stderr)
     log_to_files(log, logging.ERROR, message)
     sys.exit(exit_code)
+
+
+#: the errors of a file system that cannot take more: full, over quota, read-only, not permitted
+_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def disk_error_in(error: BaseException | None) -> OSError | None:
+    """The out-of-space / read-only :class:`OSError` in ``error``'s cause or context chain (a failure while
+    writing, and the failures it set off in the clean-up that followed), or None."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def config_error_in(error: BaseException | None):

@@ -2,9 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+
+
+@contextlib.contextmanager
+def _written_whole(path: Path) -> Iterator[Path]:
+    """Yield a temporary name to write ``path`` under; it replaces ``path`` only once written whole, so a full disk
+    or a read-only folder never leaves a 0-byte or half-written file behind."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Path:
@@ -20,7 +35,8 @@ def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Pa
         images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="nearest")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_image(make_grid(images, nrow=nrow, padding=2, pad_value=1.0), path)
+    with _written_whole(path) as tmp:
+        save_image(make_grid(images, nrow=nrow, padding=2, pad_value=1.0), tmp, format="png")
     return path
 
 
@@ -54,6 +70,9 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
     fig.suptitle(title)
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with _written_whole(path) as tmp:
+            fig.savefig(tmp, dpi=110, format="png")
+    finally:
+        plt.close(fig)
     return path
