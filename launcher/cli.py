@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from launcher import installation, override_guard
 from launcher.cfg_print import hydra_cfg_resolved_in_context
@@ -33,7 +33,8 @@ def _run_info(cfg: DictConfig):
     from launcher.train.trainer import RunInfo
 
     hc = HydraConfig.get()
-    overrides = [o for o in hc.overrides.task if not o.startswith(("hydra.", "logger."))]
+    task = [str(o) for o in OmegaConf.to_container(hc.overrides.task, resolve=False) or []]  # "${...}" as typed
+    overrides = [o for o in task if not o.startswith(("hydra.", "logger."))]
     multirun = hc.mode == RunMode.MULTIRUN
     group = f"sweep-{Path(hc.sweep.dir).name}" if multirun else None
     name = ",".join(overrides) if overrides else None
@@ -44,7 +45,7 @@ def _run_info(cfg: DictConfig):
         run_name=name,
         group=group,
         tags=["sweep"] if multirun else [],
-        overrides=list(hc.overrides.task),
+        overrides=task,
     )
 
 
@@ -149,11 +150,19 @@ def disk_error_in(error: BaseException | None) -> OSError | None:
 def config_error_in(error: BaseException | None):
     """The :class:`ConfigError` in ``error``'s cause chain (Hydra's ``instantiate`` wraps what a component's
     constructor raises, e.g. a model that cannot be loaded offline), or None."""
+    from omegaconf.errors import GrammarParseError, InterpolationResolutionError
+
     from rewardflow.errors import ConfigError
 
     while error is not None:
         if isinstance(error, ConfigError):
             return error
+        if isinstance(error, (InterpolationResolutionError, GrammarParseError)):  # e.g. trainer.steps=${oops}
+            key = getattr(error, "full_key", "") or "an override"
+            return ConfigError(
+                f"{key}: {str(error).splitlines()[0]}. Fix: an interpolation ${{...}} must name an existing key "
+                f"(e.g. ${{trainer.seed}}); write \\${{...}} for a literal ${{...}}"
+            )
         error = error.__cause__
     return None
 
@@ -180,7 +189,7 @@ def main() -> None:
     """The entry point. ``--plan`` (or ``plan=true``) prints the per-rank memory plan of every run of the command
     line and exits before Hydra would build or submit anything (docs/memory.md#the-plan-before-submission)."""
     args = sys.argv[1:]
-    refused = override_guard.refusal(args)
+    refused = override_guard.refusal(args) or override_guard.grammar_problem(args)
     if refused:  # before Hydra instantiates anything (its callbacks come first)
         print(f"rewardflow: config error: {refused}", file=sys.stderr)
         sys.exit(2)

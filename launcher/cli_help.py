@@ -28,16 +28,21 @@ def _config_root():
     return Path(path)
 
 
-def config_groups_text() -> str:
-    """``group: option, option, ...`` per line for every config group folder (Hydra's help layout)."""
-    lines = []
+def group_options() -> dict[str, list[str]]:
+    """Every config group users compose and its options, by name."""
+    groups = {}
     for group in sorted(
         (p for p in _config_root().iterdir() if p.is_dir() and p.name not in HIDDEN), key=lambda p: p.name
     ):
         options = sorted(p.name[: -len(".yaml")] for p in group.iterdir() if p.name.endswith(".yaml"))
         if options:
-            lines.append(f"{group.name}: {', '.join(options)}")
-    return "\n".join(lines) + "\n"
+            groups[group.name] = options
+    return groups
+
+
+def config_groups_text() -> str:
+    """``group: option, option, ...`` per line for every config group folder (Hydra's help layout)."""
+    return "\n".join(f"{group}: {', '.join(options)}" for group, options in group_options().items()) + "\n"
 
 
 def _hidden(word: str) -> bool:

@@ -1,4 +1,6 @@
-"""Command-line overrides cannot choose code unless the user opts in (docs/configuration.md#code-from-the-command-line).
+"""Checks of the command line's overrides before Hydra reads them (docs/configuration.md#validation).
+
+Overrides cannot choose code unless the user opts in (docs/configuration.md#code-from-the-command-line).
 
 Hydra instantiates whatever a ``_target_`` names, with the ``_args_`` it is given: a command line such as
 ``+hydra.callbacks.x._target_=shutil.copyfile '+hydra.callbacks.x._args_=[a,b]'`` copied a file anywhere before the
@@ -50,3 +52,43 @@ def refusal(args: list[str]) -> str | None:
         f"(e.g. reward=<name>, method=<name>; `rewardflow --help` lists them), or, for code of your own, set "
         f"{ENV}=1 in the environment"
     )
+
+
+#: groups every run needs (``~<group>`` would leave the run without one)
+REQUIRED_GROUPS = ("method", "model", "reward", "data", "cluster", "logger")
+GRAMMAR = "https://hydra.cc/docs/advanced/override_grammar/basic/"
+
+
+def grammar_problem(args: list[str]) -> str | None:
+    """The first override Hydra cannot parse, or that misuses a config group, as a message naming it and the fix
+    (Hydra's own messages name neither the key nor, for a deleted group, the cause)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+
+    from launcher.cli_help import group_options
+
+    multirun = any(a in ("-m", "--multirun") or a.startswith("hydra.mode=") or a.startswith("cluster=") for a in args)
+    parser, groups = OverridesParser.create(), group_options()
+    for arg in args:
+        if _key(arg) is None:
+            continue
+        try:
+            (override,) = parser.parse_overrides([arg])
+        except OverrideParseException as e:
+            reason = str(e).strip().splitlines()[0]
+            return (
+                f"'{arg}' cannot be parsed ({reason}). Fix: close brackets and quotes (key=[1,2] for a list), "
+                f"quote a value with spaces, commas or brackets (key='a,b'); the grammar: {GRAMMAR}"
+            )
+        key = override.key_or_group
+        if key in REQUIRED_GROUPS and override.is_delete():
+            return (
+                f"'{arg}' removes the {key} group, which every run needs. Fix: choose another option instead: "
+                f"{key}=<{'|'.join(groups.get(key, []))}>"
+            )
+        if override.is_sweep_override() and not multirun:
+            return (
+                f"'{arg}' lists several values, which is a sweep. Fix: add -m to run one job per value "
+                f"(rewardflow -m {arg} ...), or write key=[a,b] for a list value, key='a,b' for a string"
+            )
+    return None

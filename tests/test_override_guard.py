@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, rewardflow_cmd
-from launcher.override_guard import ENV, code_overrides, refusal
+from launcher.override_guard import ENV, code_overrides, grammar_problem, refusal
 
 CODE = [
     "reward._target_=my.Reward",
@@ -57,3 +57,41 @@ def test_a_callback_override_is_refused_before_it_runs(tmp_path, plan):
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert "chooses code to run" in proc.stderr and ENV in proc.stderr
     assert not target.exists() and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["trainer.steps=[1"], "'trainer.steps=[1' cannot be parsed"),
+        (["~model"], "removes the model group, which every run needs"),
+        (["method=dance_grpo,flow_grpo"], "add -m"),
+        (["trainer.seed=0,1"], "rewardflow -m trainer.seed=0,1"),
+    ],
+)
+def test_grammar_and_group_misuse_name_the_override_and_the_fix(args, named):
+    problem = grammar_problem(["experiment=smoke", *args])
+    assert problem and named in problem and "Fix" in problem
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["-m", "trainer.seed=0,1"], ["cluster=local_multi", "trainer.seed=0,1"], ["~experiment"], ["model=[a,b]"], []],
+)
+def test_sweeps_with_multirun_lists_and_optional_groups_are_fine(args):
+    assert grammar_problem(["experiment=smoke", *args]) is None
+
+
+@pytest.mark.parametrize(
+    "arg,named",
+    [("trainer.steps=[1", "cannot be parsed"), ("trainer.steps=${oops}", "trainer.steps: Interpolation key 'oops'")],
+)
+def test_the_cli_reports_them_with_exit_2_and_one_line(arg, named, tmp_path):
+    proc = subprocess.run(
+        [*rewardflow_cmd(), "experiment=smoke", arg, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert named in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
