@@ -86,13 +86,7 @@ def run(cfg: DictConfig, info=None) -> float:
 
         disk = disk_error_in(e)
         if disk is not None:  # a full disk or a read-only run folder: one line, not a chain of tracebacks
-            print(
-                f"rewardflow: cannot write {disk.filename or 'a file'}: {disk.strerror} (errno {disk.errno}). Fix: "
-                f"free space or make the run folder writable, then run the same command to resume from the run's "
-                f"last checkpoint",
-                file=sys.stderr,
-            )
-            sys.exit(1)
+            _disk_full(disk, trainer.info.run_dir)
 
         from launcher.cluster.job_logs import RankFailure, other_ranks_report
 
@@ -107,6 +101,21 @@ def run(cfg: DictConfig, info=None) -> float:
         if report:  # Hydra's launcher returns rank 0's outcome only: carry the other ranks' evidence with it
             raise RankFailure(f"{type(e).__name__}: {e}\nlogs of the other ranks of this job:\n{report}") from e
         raise
+    except BaseException as e:  # DCP's CheckpointException is a BaseException, not an Exception
+        disk = None if isinstance(e, (KeyboardInterrupt, SystemExit)) else disk_error_in(e)
+        if disk is None:
+            raise
+        _disk_full(disk, trainer.info.run_dir)
+
+
+def _disk_full(disk: OSError, run_dir: Path) -> NoReturn:
+    print(
+        f"rewardflow: cannot write {disk.filename or f'in {run_dir}'}: {disk.strerror} (errno {disk.errno}). "
+        f"Fix: free space or make the run folder writable, then run the same command to resume from the run's last "
+        f"checkpoint",
+        file=sys.stderr,
+    )
+    sys.exit(1)
 
 
 def _lock_run_dir_early() -> None:
@@ -143,6 +152,10 @@ def disk_error_in(error: BaseException | None) -> OSError | None:
         seen.add(id(error))
         if isinstance(error, OSError) and error.errno in _DISK_ERRNOS:
             return error
+        for failure in (getattr(error, "failures", None) or {}).values():  # DCP: {rank: (exception, traceback)}
+            found = disk_error_in(failure[0] if isinstance(failure, tuple) else failure)
+            if found is not None:
+                return found
         error = error.__cause__ or error.__context__
     return None
 

@@ -109,8 +109,11 @@ class RunLogger:
         }
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
         self.history.append(row)
-        with self.metrics_path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+        try:
+            with self.metrics_path.open("a") as fh:
+                fh.write(json.dumps(row) + "\n")
+        except OSError as e:  # a full disk raises on write or close without naming the file
+            raise OSError(e.errno, e.strerror, str(self.metrics_path)) from e
         self._send(row)
 
     def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
