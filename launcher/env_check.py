@@ -44,14 +44,8 @@ def check_environment(cfg: Any, errors: ConfigErrors, env: Any = None) -> None:
             f"{cpus!r} is not a whole number >= 1 (with trainer.threads=0 it sets the torch threads of each "
             f"process). Fix: `unset SLURM_CPUS_PER_TASK` outside a SLURM job, or set trainer.threads=<threads>",
         )
-    if "SLURM_RESTART_COUNT" in env:
-        count = env["SLURM_RESTART_COUNT"]
-        errors.require(
-            count == "" or _count(count, 0),
-            "environment SLURM_RESTART_COUNT",
-            f"{count!r} is not a whole number >= 0 (SLURM counts a job's requeues in it). Fix: `unset "
-            f"SLURM_RESTART_COUNT` (SLURM sets it in a requeued job)",
-        )
+    restarts = restart_count_problem(env)
+    errors.require(restarts is None, "environment SLURM_RESTART_COUNT", str(restarts))
     cache_dir = getattr(cfg.cluster, "cache_dir", None)
     if cache_dir:
         problem = _folder_problem(Path(cache_dir).expanduser())
@@ -70,6 +64,18 @@ def check_environment(cfg: Any, errors: ConfigErrors, env: Any = None) -> None:
             f"{folder!r} {problem}: rewardflow's caches (tiny twins, text embeddings) go there. Fix: `export "
             f"REWARDFLOW_CACHE=<a folder>`, or `unset REWARDFLOW_CACHE` (~/.cache/rewardflow)",
         )
+
+
+def restart_count_problem(env: Any = None) -> str | None:
+    """Why ``SLURM_RESTART_COUNT`` cannot be read (None if it can or is unset): the run dir's lock reads it before
+    the config is checked, so the command line asks this first (:func:`launcher.cluster.device_check.stray_process_group`)."""
+    count = (os.environ if env is None else env).get("SLURM_RESTART_COUNT", "")
+    if count == "" or _count(count, 0):
+        return None
+    return (
+        f"{count!r} is not a whole number >= 0 (SLURM counts a job's requeues in it). Fix: `unset "
+        f"SLURM_RESTART_COUNT` (SLURM sets it in a requeued job)"
+    )
 
 
 def _count(value: str, least: int) -> bool:

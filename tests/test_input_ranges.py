@@ -179,3 +179,17 @@ def test_the_command_line_exits_2_with_one_message(tmp_path):
     for key in ("trainer.keep_last_ckpts", "optimizer.eps", "3 config errors", "environment SLURM_CPUS_PER_TASK"):
         assert key in proc.stderr, proc.stderr[-3000:]
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+def test_a_bad_slurm_restart_count_is_reported_before_the_run_dir_is_locked(tmp_path):
+    """The command line locks a local run's dir (reading SLURM_RESTART_COUNT) before the config checks run."""
+    proc = subprocess.run(
+        [*rewardflow_cmd(), *SMOKE, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "SLURM_RESTART_COUNT": "abc"},
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "environment SLURM_RESTART_COUNT: 'abc'" in proc.stderr, proc.stderr
