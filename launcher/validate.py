@@ -17,9 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint.resume import check_resume_from
 from launcher.cluster.device_check import check_devices
+from launcher.cluster.env_check import check_environment
 from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
-from launcher.env_check import check_environment
 from launcher.strict_keys import check_keys
 from launcher.train import lr_schedule
 from launcher.train.data import split_prompts

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT, compose, rewardflow_cmd
-from launcher.env_check import check_environment
+from launcher.cluster.env_check import check_environment
 from launcher.validate import validate
 from rewardflow.errors import ConfigError, ConfigErrors
 from rewardflow.prompts import load_prompts

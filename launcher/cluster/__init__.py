@@ -1,5 +1,6 @@
 """Where a run's processes come from and how they find each other: the ``cluster=`` configs, the device mesh FSDP2
-shards over (``mesh``), which rank fills a node's caches first (``node_cache``), device checks (``device_check``),
+shards over (``mesh``), which rank fills a node's caches first (``node_cache``), device checks (``device_check``), the
+environment variables the launcher reads (``env_check``),
 SLURM jobs, preflight and status (``slurm_jobs``, ``slurm_preflight``, ``sweep_status``), the check of every sweep
 point before anything is queued (``sweep_check``) and the failing rank's log tails (``job_logs``).
 
