@@ -17,7 +17,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint.resume import check_resume_from
 from launcher.cluster.device_check import check_devices
-from launcher.cluster.mesh import check_mesh_config
+from launcher.cluster.env_check import check_environment
+from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
 from launcher.strict_keys import check_keys
 from launcher.train import lr_schedule
@@ -44,6 +45,7 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     errors.raise_if_any()
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
+    check_environment(run, errors)
     with errors.collect():
         check_resume_from(cfg)  # the DictConfig: the run identity is read from it
     if on_this_host:
@@ -65,9 +67,47 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     )[0]
 
 
+#: trainer.seed must be below this (torch seeds are 64-bit; any seed in range works: docs/configuration.md)
+SEED_LIMIT = 2**63
+
+
 def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     t = cfg.trainer
     errors.require(t.steps >= 1, "trainer.steps", f"must be >= 1 (got {t.steps})")
+    errors.require(
+        0 <= t.seed < SEED_LIMIT,
+        "trainer.seed",
+        f"must be in 0 <= seed < 2**63 = {SEED_LIMIT} (got {t.seed}). Fix: e.g. trainer.seed=0",
+    )
+    errors.require(
+        t.threads >= 0,
+        "trainer.threads",
+        f"must be >= 0 (got {t.threads}); 0 = auto (SLURM's cpus-per-task, else the cores split over the local "
+        f"processes). Fix: trainer.threads=0, or the number of torch threads per process",
+    )
+    if errors.require(
+        t.num_sample_images >= 0,
+        "trainer.num_sample_images",
+        f"must be >= 0 (got {t.num_sample_images}). Fix: trainer.num_sample_images=8",
+    ):
+        errors.require(
+            t.sample_every == 0 or t.num_sample_images >= 1,
+            "trainer.num_sample_images",
+            f"must be >= 1 while trainer.sample_every={t.sample_every} draws image grids (got "
+            f"{t.num_sample_images}). Fix: trainer.num_sample_images=8, or trainer.sample_every=0 to draw no grids",
+        )
+    errors.require(
+        t.ckpt_every >= 0,
+        "trainer.ckpt_every",
+        f"must be >= 0 (got {t.ckpt_every}); 0 = checkpoint only at the end and on preemption. Fix: "
+        f"trainer.ckpt_every=50 (a checkpoint every 50 steps), or trainer.ckpt_every=0",
+    )
+    errors.require(
+        t.keep_last_ckpts >= 1,
+        "trainer.keep_last_ckpts",
+        f"must be >= 1 (got {t.keep_last_ckpts}): the newest checkpoint is what a resume starts from. Fix: "
+        f"trainer.keep_last_ckpts=2",
+    )
     errors.require(
         t.max_grad_norm >= 0, "trainer.max_grad_norm", f"must be >= 0 (got {t.max_grad_norm}); 0 disables clipping"
     )
@@ -92,10 +132,70 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     errors.require(
         t.log_every >= 0, "trainer.log_every", f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line"
     )
+    check_optimizer(cfg.optimizer, errors)
     lr_schedule.check(cfg, errors)
     ParameterEMA.check(cfg, errors)
     with errors.collect():
         check_mesh_config(cfg.cluster)
+    check_ranks(cfg, errors)
+
+
+def check_optimizer(o: Any, errors: ConfigErrors) -> None:
+    """The AdamW-style keys every optimizer is built with (``optimizer._target_`` gets them all)."""
+    betas = list(o.betas)
+    errors.require(
+        len(betas) == 2 and all(math.isfinite(b) and 0 <= b < 1 for b in betas),
+        "optimizer.betas",
+        f"must be two numbers, each in [0, 1) (got {betas}). Fix: optimizer.betas=[0.9,0.999]",
+    )
+    errors.require(
+        math.isfinite(o.eps) and o.eps > 0,
+        "optimizer.eps",
+        f"must be a finite number > 0 (got {o.eps}). Fix: optimizer.eps=1e-8",
+    )
+    errors.require(
+        math.isfinite(o.weight_decay) and o.weight_decay >= 0,
+        "optimizer.weight_decay",
+        f"must be a finite number >= 0 (got {o.weight_decay}); 0 = no weight decay. Fix: optimizer.weight_decay=1e-4",
+    )
+
+
+def check_ranks(cfg: Any, errors: ConfigErrors) -> None:
+    """A cluster's rank counts, and the prompts of a step against them, before any rank is started (the trainer
+    checks the same once the process group exists)."""
+    c = cfg.cluster
+    if getattr(c, "tasks_per_node", None) is None:  # cluster=local: one process
+        return
+    ok = errors.require(
+        c.tasks_per_node >= 1,
+        "cluster.tasks_per_node",
+        f"must be >= 1 (got {c.tasks_per_node}). Fix: cluster.tasks_per_node=<processes per node>",
+    )
+    nodes = getattr(c, "nodes", 1)
+    ok = errors.require(nodes >= 1, "cluster.nodes", f"must be >= 1 (got {nodes}). Fix: cluster.nodes=1") and ok
+    cpus = getattr(c, "cpus_per_task", None)
+    errors.require(
+        cpus is None or cpus >= 1,
+        "cluster.cpus_per_task",
+        f"must be >= 1 or null (got {cpus}). Fix: cluster.cpus_per_task=null (the default), or a count of CPUs",
+    )
+    world = planned_world(c)
+    prompts = getattr(cfg.method, "prompts_per_step", None)
+    if not ok or world is None or not isinstance(prompts, int) or prompts < 1:
+        return
+    ranks, per_node = world
+    nodes = ranks // per_node
+    on = f"cluster.tasks_per_node={per_node}" + (f" x cluster.nodes={nodes}" if nodes > 1 else "")
+    fix = f"method.prompts_per_step={max(ranks, round(prompts / ranks) * ranks)} (a multiple of {ranks})"
+    fewer = [d for d in range(1, per_node + 1) if prompts % (d * nodes) == 0]
+    if fewer:
+        fix += f", or cluster.tasks_per_node={max(fewer)}"
+    errors.require(
+        prompts % ranks == 0,
+        "method.prompts_per_step",
+        f"must be divisible by the {ranks} ranks of cluster={c.name} ({on}; each rank samples whole prompt "
+        f"groups), got {prompts}. Fix: {fix}",
+    )
 
 
 def check_across_groups(cfg: Any, classes: dict[str, type[Any]], errors: ConfigErrors) -> None:

@@ -26,7 +26,6 @@ import torch
 from torch import nn
 
 from models.backbone import Backbone
-from models.backbone_config import Finetune
 from models.common_config import DiffusersModelConfig
 from models.export import ExportMixin
 from models.finetune import FinetuneMixin
@@ -108,10 +107,13 @@ class DiffusersBackbone(
         if m.path is not None:  # a tiny twin's null path: the twin is built into its cache
             with errors.collect():
                 ComponentLoader(m.path, cls.family, cls.hub_id).check(cls.components)
-        if m.finetune == Finetune.lora:
-            errors.require(
-                m.lora_rank >= 1, "model.lora_rank", f"must be >= 1 with model.finetune=lora (got {m.lora_rank})"
-            )
+        errors.require(
+            m.prompt_cache_size is None or m.prompt_cache_size >= 0,
+            "model.prompt_cache_size",
+            f"must be >= 0 or null (got {m.prompt_cache_size}): the prompts whose text embeddings stay cached; "
+            f"0 = none (every batch's prompts are encoded again), null = every prompt. Fix: "
+            f"model.prompt_cache_size=4096",
+        )
         check_update_path(m, errors)
 
     # -- construction -------------------------------------------------------------------------------------------

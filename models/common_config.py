@@ -40,8 +40,8 @@ class DiffusersModelConfig(ModelConfig):
     height: int = 512  # image size in pixels
     width: int = 512
     max_sequence_length: int = MISSING  # text tokens
-    lora_rank: int = 32
-    lora_alpha: float = 64.0
+    lora_rank: int = 32  # >= 1
+    lora_alpha: float = 64.0  # finite, > 0: the LoRA update is scaled by lora_alpha / lora_rank
     lora_targets: list[str] = MISSING  # module names the LoRA adapter wraps
     activation_checkpointing: ActivationCheckpointing = ActivationCheckpointing.auto
     activation_checkpointing_k: int = 2  # every_k: one block of every k consecutive blocks is checkpointed
@@ -49,7 +49,8 @@ class DiffusersModelConfig(ModelConfig):
     device: Device = Device.auto  # auto: cuda if available, else cpu
     allow_cpu: bool = False  # a real family on the CPU takes hours per step: refused unless true
     dtype: Dtype = Dtype.auto  # compute dtype of the forward (the transformer keeps fp32 master weights)
-    prompt_cache_size: Optional[int] = 4096  # prompts whose text embeddings are cached (LRU); null = unbounded
+    prompt_cache_size: Optional[int] = 4096  # prompts whose text embeddings are cached (LRU), >= 0 or null;
+    # 0 = none (every batch's prompts are encoded again), null = unbounded
     text_encoders: TextEncoders = TextEncoders.offload  # where the text encoders live (docs/memory.md)
     reference_dtype: Dtype = Dtype.bfloat16  # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
     base_sharding: BaseSharding = BaseSharding.shard  # LoRA: the frozen base across ranks (docs/memory.md)

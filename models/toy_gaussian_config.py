@@ -23,8 +23,8 @@ class ToyGaussianModelConfig(ModelConfig):
     depth: int = 2  # hidden layers
     num_frequencies: int = 4  # Fourier features of the time
     finetune: Finetune = Finetune.full
-    lora_rank: int = 8
-    lora_alpha: float = 8.0
+    lora_rank: int = 8  # >= 1
+    lora_alpha: float = 8.0  # finite, > 0
     lora_targets: Optional[list[str]] = None  # default: every linear layer of the MLP
     seed: int = 0
     device: Device = Device.cpu

@@ -26,8 +26,8 @@ class WanModelConfig(DiffusersModelConfig):
     negative_prompt: str = ""
     max_sequence_length: int = 512  # UMT5 tokens (zero-padded to this length, as the pipeline)
     integer_timesteps: bool = True  # feed floor(1000 sigma) as UniPC's int64 timesteps
-    lora_rank: int = 16
-    lora_alpha: float = 32.0
+    lora_rank: int = 16  # >= 1
+    lora_alpha: float = 32.0  # finite, > 0
     lora_targets: list[str] = field(
         default_factory=lambda: [
             "to_q",

@@ -34,6 +34,9 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
         extra.append(f"data.path={prompts}")
+    if group == "cluster" and cfg.cluster.get("tasks_per_node") is not None:  # whole prompt groups per rank (slurm: 8)
+        ranks = int(OmegaConf.select(cfg, "cluster.tasks_per_node")) * int(cfg.cluster.get("nodes", 1))
+        extra.append(f"method.prompts_per_step={ranks * -(-int(cfg.method.prompts_per_step) // ranks)}")
     return [f"{group}={option}", *extra, *real_family_overrides([f"{group}={option}"])]
 
 

@@ -35,8 +35,8 @@ class MultiRankFields(GpuFields):
 @dataclass
 class LocalMultiClusterConfig(MultiRankFields):
     name: str = "local_multi"
-    tasks_per_node: int = 2  # training processes on this machine (gloo on CPU)
-    cpus_per_task: Optional[int] = None  # torch threads per process (default: cores / tasks)
+    tasks_per_node: int = 2  # training processes on this machine (gloo on CPU), >= 1; they divide prompts_per_step
+    cpus_per_task: Optional[int] = None  # torch threads per process, >= 1 (default: cores / tasks)
     timeout_min: int = 60
     collective_timeout_s: int = 300  # a collective waiting longer than this fails the job (a dead rank)
 

@@ -56,7 +56,7 @@ class PromptSource:
     def _epoch_order(self, epoch: int) -> list[int]:
         if not self.shuffle:
             return list(range(len(self.prompts)))
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        g = torch.Generator().manual_seed((self.seed * 1_000_003 + epoch) % 2**64)  # torch seeds are 64-bit
         return torch.randperm(len(self.prompts), generator=g).tolist()
 
     def batch(self, step: int, n: int) -> list[str]:

@@ -68,7 +68,7 @@ class RunInfo:
 
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """Sampling noise of a step depends only on (seed, step, rank), so a resumed run redraws the same noise."""
-    return (seed * 1_000_003 + step) * 1_009 + rank
+    return ((seed * 1_000_003 + step) * 1_009 + rank) % 2**64  # torch takes 64-bit seeds: any trainer.seed works
 
 
 def default_threads(world_local_size: int) -> int:

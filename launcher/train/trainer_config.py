@@ -10,18 +10,18 @@ from typing import Optional
 @dataclass
 class TrainerConfig:
     steps: int = 150  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
-    seed: int = 0
+    seed: int = 0  # 0 <= seed < 2**63; any such seed works
     max_grad_norm: float = 1.0  # 0 disables clipping
     sample_every: int = 25  # image grid every N steps (W&B and PNG); 0 disables
-    num_sample_images: int = 8
+    num_sample_images: int = 8  # images per grid: >= 1 while sample_every > 0
     max_nonfinite_in_a_row: int = 3  # abort after this many consecutive skipped (NaN/Inf) or exploded steps
     max_weight_growth: float = 100.0  # a step whose weights' norm exceeds this x its start value exploded; 0: off
-    threads: int = 0  # torch CPU threads per process; 0 = cores (or SLURM cpus) / local processes
+    threads: int = 0  # torch CPU threads per process, >= 0; 0 = auto: SLURM cpus, else cores / local processes
     progress: bool = True  # progress bar with reward and s/step (drawn on a terminal only)
     log_every: int = 10  # a plain log line every N steps (console and run log); 0: off
-    ckpt_every: int = 50  # DCP checkpoint every N steps (0: only on preemption / at the end)
+    ckpt_every: int = 50  # DCP checkpoint every N steps, >= 0 (0: only on preemption / at the end)
     async_checkpoint: bool = False  # write checkpoints in the background (docs/performance.md#asynchronous-checkpoints)
-    keep_last_ckpts: int = 2  # complete checkpoints kept (older ones are deleted)
+    keep_last_ckpts: int = 2  # complete checkpoints kept, >= 1 (older ones are deleted)
     checkpoint_checksums: bool = True  # every checkpoint file's sha256 in meta.json, verified on resume
     resume: bool = True  # resume from the run dir's latest complete checkpoint if there is one
     resume_from: Optional[str] = None  # else start from another run's dir (its newest checkpoint) or checkpoint folder
@@ -42,9 +42,9 @@ class LRSchedule(StrEnum):
 class OptimizerConfig:
     _target_: str = "torch.optim.AdamW"
     _partial_: bool = True
-    lr: float = 1e-5
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 1e-4
-    eps: float = 1e-8
+    lr: float = 1e-5  # finite, > 0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # two, each in [0, 1)
+    weight_decay: float = 1e-4  # finite, >= 0 (0: none)
+    eps: float = 1e-8  # finite, > 0
     scheduler: LRSchedule = LRSchedule.constant
     warmup_steps: int = 0  # warmup_*: lr ramps linearly over the first N trainer steps (N >= 1)
