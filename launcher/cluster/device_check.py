@@ -81,6 +81,13 @@ def stray_process_group(cluster_name: str) -> str | None:
     )
 
 
+def default_threads(world_local_size: int) -> int:
+    """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
+    if os.environ.get("SLURM_CPUS_PER_TASK"):
+        return int(os.environ["SLURM_CPUS_PER_TASK"])
+    return max(1, (os.cpu_count() or 1) // max(1, world_local_size))
+
+
 def rank_and_world_size() -> tuple[int, int]:
     """This process's rank and the job's number of ranks, before the process group exists (submitit's job
     environment, a torchrun-style environment, or one process)."""

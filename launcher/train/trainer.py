@@ -21,7 +21,7 @@ from launcher.checkpoint import preemption, run_identity
 from launcher.checkpoint.manager import CheckpointManager
 from launcher.checkpoint.resume import copy_history, load_start_point
 from launcher.checkpoint.run_lock import lock_run_dir
-from launcher.cluster.device_check import placement, rank_and_world_size
+from launcher.cluster.device_check import default_threads, placement, rank_and_world_size
 from launcher.cluster.mesh import build_mesh, describe
 from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
@@ -69,13 +69,6 @@ class RunInfo:
 def step_seed(seed: int, step: int, rank: int = 0) -> int:
     """Sampling noise of a step depends only on (seed, step, rank), so a resumed run redraws the same noise."""
     return ((seed * 1_000_003 + step) * 1_009 + rank) % 2**64  # torch takes 64-bit seeds: any trainer.seed works
-
-
-def default_threads(world_local_size: int) -> int:
-    """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
-    if os.environ.get("SLURM_CPUS_PER_TASK"):
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
-    return max(1, (os.cpu_count() or 1) // max(1, world_local_size))
 
 
 class Trainer:
