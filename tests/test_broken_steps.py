@@ -49,6 +49,11 @@ def test_exploded_weights_are_never_checkpointed_and_the_run_resumes_from_the_la
 
     resumed = Trainer(compose(RUN), RunInfo(run_dir=tmp_path))
     assert resumed.start_step == 3
+    resumed.run_lock.release()
+    # the abort message's fix: a lower rate from the last good checkpoint, in a new run dir
+    sane = Trainer(compose([*RUN, "optimizer.lr=1e-4", f"trainer.resume_from={tmp_path}"]), RunInfo(tmp_path / "b"))
+    assert sane.start_step == 3 and sane.optimizer.param_groups[0]["lr"] == 1e-4
+    sane.run_lock.release()
     for name, p in resumed.backbone.transformer.named_parameters():
         if name in saved and p.requires_grad:
             assert torch.equal(p.detach(), saved[name]), name

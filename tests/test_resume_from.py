@@ -123,3 +123,28 @@ def test_cli_reports_a_bad_resume_from_without_a_traceback(tmp_path):
     assert proc.returncode == 2
     assert "trainer.resume_from=" in proc.stderr and "Traceback" not in proc.stderr
     assert "trainer.resume_from=" in (tmp_path / "run" / "rewardflow.log").read_text()  # in the run's log too
+
+
+@pytest.mark.parametrize("scheduler", ["constant", "warmup_constant", "warmup_cosine"])
+def test_resume_from_applies_this_runs_learning_rate_at_the_same_point_of_the_schedule(scheduler):
+    """The checkpoint's optimizer and schedule state carry the other run's rate; a branch with another
+    optimizer.lr trains at that rate (scaled at the same schedule point), not at the old one."""
+    from launcher.train.lr_schedule import build_lr_schedule, build_optimizer, rebase
+
+    def run(lr):
+        cfg = compose([f"optimizer.lr={lr}", f"optimizer.scheduler={scheduler}", "optimizer.warmup_steps=3"]).optimizer
+        opt = build_optimizer(cfg, [torch.nn.Parameter(torch.zeros(2))])
+        return cfg, opt, build_lr_schedule(opt, cfg, 10)
+
+    _, old_opt, old_sched = run(1e-3)
+    for _ in range(5):
+        old_opt.step()
+        old_sched.step()
+    cfg, opt, sched = run(1e-4)
+    opt.load_state_dict(old_opt.state_dict())
+    sched.load_state_dict(old_sched.state_dict())
+    assert opt.param_groups[0]["lr"] == pytest.approx(old_opt.param_groups[0]["lr"])  # what resume brought back
+    rebase(opt, sched, cfg)
+    for _ in range(3):
+        assert opt.param_groups[0]["lr"] == pytest.approx(old_opt.param_groups[0]["lr"] / 10, rel=1e-9)
+        old_opt.step(), old_sched.step(), opt.step(), sched.step()

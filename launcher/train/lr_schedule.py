@@ -66,3 +66,21 @@ def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: DictConfig, steps: 
         return ramp
     cosine = CosineAnnealingLR(optimizer, T_max=steps - warmup, eta_min=0.0)
     return SequentialLR(optimizer, [ramp, cosine], milestones=[warmup])
+
+
+def rebase(optimizer: torch.optim.Optimizer, schedule: LRScheduler, cfg: DictConfig) -> None:
+    """After loading another run's checkpoint (``trainer.resume_from``): this run's ``optimizer.lr`` and other
+    hyperparameters replace the ones the checkpoint's optimizer and schedule state brought back, at the same point of
+    the schedule (every schedule here is proportional to the base rate, so the rates are scaled by new / old)."""
+    new_lr = float(cfg.lr)
+    for group in optimizer.param_groups:
+        old = float(group.get("initial_lr", group["lr"]))
+        group["lr"] = group["lr"] * new_lr / old if old else new_lr
+        group["initial_lr"] = new_lr
+        for key in ("betas", "eps", "weight_decay"):
+            if key in cfg and key in group:
+                group[key] = tuple(cfg[key]) if key == "betas" else float(cfg[key])
+    for sched in [schedule, *getattr(schedule, "_schedulers", [])]:
+        sched.base_lrs = [new_lr for _ in optimizer.param_groups]
+        if hasattr(sched, "_last_lr"):
+            sched._last_lr = [group["lr"] for group in optimizer.param_groups]

@@ -33,7 +33,7 @@ from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
 from launcher.train.evaluation import Evaluator, held_out_prompts
 from launcher.train.health import StepHealth, aborted
-from launcher.train.lr_schedule import build_lr_schedule, build_optimizer
+from launcher.train.lr_schedule import build_lr_schedule, build_optimizer, rebase
 from launcher.train.update_loop import UpdateLoop
 from launcher.validate import validate
 from models.prompt_truncation import truncation_warning
@@ -200,6 +200,7 @@ class Trainer:
         log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
         if start.own_run:
             return start.meta.get("wandb_run_id") or wandb_id
+        rebase(self.optimizer, self.lr_schedule, self.cfg.optimizer)  # this run's rate, not the other run's
         if self.world.is_main:  # another run's checkpoint: a new W&B run, its curve from step 0
             copy_history(start, self.info.run_dir)
             own_id.unlink(missing_ok=True)
