@@ -95,9 +95,14 @@ def test_time_limit_requeues_until_done_and_resumes_bitwise(tmp_path, slurm_refe
             "trainer.ckpt_every=50",
             "cluster.timeout_min=1",
             "cluster.signal_delay_s=30",
+            "method._target_=slurm_faults.SlowDanceGRPO",  # >= 60 s of steps: never done within one job
             f"output_root={tmp_path}",
         ],
         timeout=1200,
+        env_extra={
+            "PYTHONPATH": f"{ROOT / 'tests'}:{os.environ.get('PYTHONPATH', '')}",
+            "REWARDFLOW_ALLOW_CODE_OVERRIDES": "1",
+        },
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     job = job_dirs(tmp_path)[0]
