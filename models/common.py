@@ -20,6 +20,7 @@ the transformer call (timestep scale, packing) and decoding.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
@@ -113,6 +114,12 @@ class DiffusersBackbone(
             f"must be >= 0 or null (got {m.prompt_cache_size}): the prompts whose text embeddings stay cached; "
             f"0 = none (every batch's prompts are encoded again), null = every prompt. Fix: "
             f"model.prompt_cache_size=4096",
+        )
+        errors.require(
+            m.prompt_cache_gib is None or (math.isfinite(m.prompt_cache_gib) and m.prompt_cache_gib >= 0),
+            "model.prompt_cache_gib",
+            f"must be a finite number >= 0 or null (got {m.prompt_cache_gib}): the host memory the cached text "
+            f"embeddings may take, per rank; 0 = none, null = no byte bound. Fix: model.prompt_cache_gib=2",
         )
         check_update_path(m, errors)
 

@@ -51,6 +51,8 @@ class DiffusersModelConfig(ModelConfig):
     dtype: Dtype = Dtype.auto  # compute dtype of the forward (the transformer keeps fp32 master weights)
     prompt_cache_size: Optional[int] = 4096  # prompts whose text embeddings are cached (LRU), >= 0 or null;
     # 0 = none (every batch's prompts are encoded again), null = unbounded
+    prompt_cache_gib: Optional[float] = 2.0  # ... and at most this many GiB of them (host memory), >= 0 or null;
+    # FLUX's T5 entry is 4 MiB, so 4096 prompts alone would hold 16 GiB per rank (docs/memory.md#text-conditioning)
     text_encoders: TextEncoders = TextEncoders.offload  # where the text encoders live (docs/memory.md)
     reference_dtype: Dtype = Dtype.bfloat16  # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
     base_sharding: BaseSharding = BaseSharding.shard  # LoRA: the frozen base across ranks (docs/memory.md)

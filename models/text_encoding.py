@@ -33,16 +33,25 @@ Encode = Callable[[list[str]], list[dict[str, torch.Tensor]]]
 
 
 class PromptCache:
-    """Least-recently-used cache of per-prompt text conditioning (a dict of tensors per prompt string).
+    """Least-recently-used cache of per-prompt text conditioning (a dict of tensors per prompt string), bounded in
+    entries (``max_items``) and in bytes (``max_bytes``; None: no bound): FLUX's T5 entry is 4 MiB, so a count alone
+    let 4096 prompts hold 16 GiB per rank. The entries of the batch being assembled are returned even when they alone
+    exceed the bound; they are then not kept.
 
     Entries live on ``store_device`` (the CPU when the model runs on an accelerator, so thousands of cached T5 / Qwen
     embeddings never take GPU memory) and are moved to the model's device when a batch is assembled.
     """
 
-    def __init__(self, max_items: int | None, store_device: torch.device):
+    def __init__(self, max_items: int | None, store_device: torch.device, max_bytes: int | None = None):
         self.max_items = max_items
+        self.max_bytes = max_bytes
         self.store_device = store_device
         self._items: OrderedDict[str, dict[str, torch.Tensor]] = OrderedDict()
+        self.nbytes = 0  # bytes of the cached entries
+
+    @staticmethod
+    def _size(entry: dict[str, torch.Tensor]) -> int:
+        return sum(v.numel() * v.element_size() for v in entry.values())
 
     def __len__(self) -> int:
         return len(self._items)
@@ -58,11 +67,15 @@ class PromptCache:
             for p, entry in zip(missing, encode(missing)):
                 found[p] = {k: v.detach().to(self.store_device) for k, v in entry.items()}
                 self._items[p] = found[p]
+                self.nbytes += self._size(found[p])
         for p in found:
             if p in self._items:
                 self._items.move_to_end(p)
-        while self.max_items is not None and len(self._items) > self.max_items:
-            self._items.popitem(last=False)
+        while self._items and (
+            (self.max_items is not None and len(self._items) > self.max_items)
+            or (self.max_bytes is not None and self.nbytes > self.max_bytes)
+        ):
+            self.nbytes -= self._size(self._items.popitem(last=False)[1])
         return [found[p] for p in prompts]
 
 
@@ -84,10 +97,11 @@ class TextEncodingMixin:
     do_cfg: bool  # models/guidance.py
 
     def _init_text_encoding(self, cfg: Any) -> None:
-        """``cfg``: the family's DiffusersModelConfig (``prompt_cache_size``)."""
+        """``cfg``: the family's DiffusersModelConfig (``prompt_cache_size``, ``prompt_cache_gib``)."""
         self.offload_text_encoders = self.text_encoders != TextEncoders.device and self.device.type != "cpu"
         store = torch.device("cpu") if self.device.type != "cpu" else self.device
-        self._prompt_cache = PromptCache(cfg.prompt_cache_size, store)
+        gib = cfg.prompt_cache_gib
+        self._prompt_cache = PromptCache(cfg.prompt_cache_size, store, None if gib is None else int(gib * 2**30))
         self._neg_cache: dict[str, dict[str, torch.Tensor]] = {}
         self._text_encoders: list[nn.Module] | None = []
         self._precomputed: PrecomputedText | None = None  # once loaded

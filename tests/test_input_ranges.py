@@ -40,6 +40,7 @@ SMOKE = ["experiment=smoke", "logger=none"]
         (["optimizer.weight_decay=-0.1"], "optimizer.weight_decay", ">= 0"),
         (["optimizer.weight_decay=inf"], "optimizer.weight_decay", "finite"),
         (["model.prompt_cache_size=-1"], "model.prompt_cache_size", "0 = none"),
+        (["model.prompt_cache_gib=-1"], "model.prompt_cache_gib", "0 = none"),
         (["model.lora_alpha=nan"], "model.lora_alpha", "finite"),
         (["model.lora_alpha=-8"], "model.lora_alpha", "> 0"),
         (["model.lora_rank=0"], "model.lora_rank", ">= 1"),

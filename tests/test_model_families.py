@@ -279,6 +279,29 @@ def test_prompt_cache_and_released_text_encoders(name, twin_cache):
         bb.encode_prompts(["a green tree"])
 
 
+def test_prompt_cache_is_bounded_in_bytes():
+    """The LRU drops entries beyond ``max_bytes`` (model.prompt_cache_gib), least recently used first, whatever its
+    count bound; an entry larger than the bound is returned but not kept."""
+    from models.text_encoding import PromptCache
+
+    calls = []
+
+    def encode(prompts):
+        calls.extend(prompts)
+        return [{"t5": torch.zeros(256 if p != "huge" else 1024)} for p in prompts]  # 1 KiB (4 KiB for "huge")
+
+    cache = PromptCache(None, torch.device("cpu"), max_bytes=3 * 1024)
+    cache.get(["a", "b", "c"], encode)
+    assert len(cache) == 3 and cache.nbytes == 3 * 1024
+    cache.get(["a"], encode)  # "a" is now the most recent
+    cache.get(["d"], encode)  # 4 KiB > 3 KiB: "b", the least recently used, goes
+    assert "b" not in cache and {"a", "c", "d"} == {p for p in ["a", "b", "c", "d"] if p in cache}
+    assert cache.nbytes <= 3 * 1024
+    (entry,) = cache.get(["huge"], encode)
+    assert entry["t5"].numel() == 1024 and len(cache) == 0 and cache.nbytes == 0
+    assert calls == ["a", "b", "c", "d", "huge"]
+
+
 # --------------------------------------------------------------------------------------------- fine-tuning modes
 @pytest.mark.slow
 @pytest.mark.parametrize("method", ["flow_grpo", "eam"])

@@ -114,3 +114,23 @@ def test_a_prompt_outside_the_precomputed_set_is_refused(tmp_path):
     again = FAMILIES["tiny_flux"].build(**settings)
     assert again.precompute_text(list(reversed(PROMPTS[:2])), cache_dir=tmp_path) is True  # any order: reused
     assert bb._precomputed.folder == again._precomputed.folder and bb._precomputed.folder.parent == tmp_path
+
+
+def test_precompute_streams_parts_to_disk_and_reads_them_back(tmp_path, monkeypatch):
+    """A rank writes its share in parts of about ``PART_BYTES`` (never the whole share in RAM): with a bound of one
+    entry, every encoder batch of 8 prompts lands in its own part, and every prompt reads back as encoded."""
+    import models.text_cache as text_cache
+    from rewardflow.distributed import current_world
+
+    prompts = [f"prompt {i}" for i in range(20)]
+
+    def encode(batch):
+        return [{"embeds": torch.full((3, 4), float(int(p.split()[1])))} for p in batch]
+
+    monkeypatch.setattr(text_cache, "PART_BYTES", 1)
+    store, reused = text_cache.build_or_load(tmp_path, "k", prompts, encode, current_world())
+    assert not reused
+    parts = sorted(p.name for p in store.folder.glob("part-*.safetensors"))
+    assert len(parts) == 3, parts  # 20 prompts, 8 per encoder batch
+    for p, entry in zip(prompts, store.lookup(prompts)):
+        assert torch.equal(entry["embeds"], torch.full((3, 4), float(int(p.split()[1]))))

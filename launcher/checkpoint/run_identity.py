@@ -62,6 +62,7 @@ MAY_CHANGE_ON_RESUME: tuple[str, ...] = (
     "model.activation_checkpointing",
     "model.activation_checkpointing_k",
     "model.prompt_cache_size",
+    "model.prompt_cache_gib",
     "model.text_encoders",
     "model.base_sharding",
     "method.update_batch",  # rows per transformer call: the memory bound, not the batch (docs/performance.md)
