@@ -31,7 +31,7 @@ from methods.memoryless import expand_time
 from methods.soc_base import SOCMethod
 from methods.trajectory import Trajectory
 from methods.update_rows import add_sums
-from models.backbone import Backbone
+from models.backbone import Backbone, host_randn
 from rewardflow.errors import ConfigErrors
 
 
@@ -50,6 +50,9 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
         super().__init__(cfg, backbone)
         self.num_steps = int(cfg.sampling_steps)
         self.ts = self.schedule.grid(self.num_steps)
+        # the grid on the compute device once: rollout, VJPs and the loss index it per call (a per-call move of the
+        # host grid is a sync on CUDA; docs/performance.md#one-host-sync-per-update)
+        self.ts_device = self.ts.to(backbone.device)
         self.solver = LeanAdjointSolver(self.schedule)
 
     @classmethod
@@ -106,10 +109,10 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
         traj = Trajectory(b, k + 1, tuple(x.shape[1:]), x.dtype, x.device, offload=bool(self.cfg.trajectory_offload))
         traj.record(0, x)
         for i in range(k):
-            t = self.ts[i].expand(b)
+            t = self.ts_device[i].expand(b)
             v = self.velocity_batched(x, t, embeds)
-            noise = torch.randn(x.shape, generator=generator, dtype=torch.float64).to(x.device, x.dtype)
-            x = self.schedule.em_step(x, v, t, self.ts[i + 1] - self.ts[i], noise)
+            noise = host_randn(tuple(x.shape), generator, x.device, torch.float64).to(x.dtype)
+            x = self.schedule.em_step(x, v, t, self.ts_device[i + 1] - self.ts_device[i], noise)
             traj.record(i + 1, x)
         return Rollout(
             prompts=expanded,
@@ -125,7 +128,7 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
         traj, k = rollout.latents, self.num_steps
         if self.cfg.denoise_last_step:
             x_last = traj.state(k - 1)
-            t_last = self.ts[k - 1].expand(x_last.shape[0])
+            t_last = self.ts_device[k - 1].expand(x_last.shape[0])
             v = self.pretrained_velocity_batched(x_last, t_last, rollout.embeds)
             x_hat = x_last + float(self.ts[k] - self.ts[k - 1]) * v
         else:
@@ -145,9 +148,8 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
 
         def vjp(k: int, a: torch.Tensor) -> torch.Tensor:
             out = torch.empty_like(a)
-            t = self.ts[k].expand(b).to(steps.device)
+            t = self.ts_device[k].expand(b)
             for idx in self.chunks(b):
-                idx = idx.to(steps.device)
                 x = traj.state(k, idx).detach().requires_grad_(True)
                 with torch.enable_grad():
                     v = self.pretrained_velocity(x, t[idx], rollout.embeds.select(idx))
@@ -174,7 +176,7 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
     # -- 4. regression ------------------------------------------------------------------------------------------
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """The regression of every sample's loss rows, whole samples per call of ``method.update_batch`` rows."""
-        samples = samples.to(rollout.latents.device)
+        samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
         totals: dict[str, torch.Tensor] = {}
         assert rollout.train_steps is not None  # sample() sets the trained steps
         for part in self.loss_calls(samples, rollout.train_steps.shape[1]):
@@ -186,7 +188,7 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
         steps = rollout.train_steps[samples]
         m, t_count = steps.shape
         x = rollout.latents[samples[:, None], steps].flatten(0, 1)
-        t = self.ts.to(steps.device)[steps].flatten()
+        t = self.ts_device[steps].flatten()
         embeds = rollout.embeds.select(samples.repeat_interleave(t_count))
         a = rollout.extras["adjoint"][samples].flatten(0, 1)
         v_pre = rollout.extras["v_pre"][samples].flatten(0, 1)

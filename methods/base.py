@@ -167,12 +167,16 @@ class Method(abc.ABC, Generic[ConfigT]):
         return {}
 
     def update_plan(self, rollout: Rollout, generator: torch.Generator) -> list[list[torch.Tensor]]:
-        """Sample indices grouped as ``[update][chunk] -> LongTensor`` (host tensors); one optimizer step per
+        """Sample indices grouped as ``[update][chunk] -> LongTensor`` (host tensors, pinned on CUDA so that
+        ``backward`` moves them with ``non_blocking``, no sync: docs/performance.md#one-host-sync-per-update); one
+        optimizer step per
         update. Default: the samples (shuffled with ``method.shuffle_samples``) in ``updates_per_rollout`` equal
         updates, each one chunk: ``backward`` packs a chunk's trained rows into transformer calls of
         ``method.update_batch`` rows (methods/update_rows.py)."""
         b = len(rollout)
         order = torch.randperm(b, generator=generator) if self.cfg.shuffle_samples else torch.arange(b)
+        if self.backbone.device.type == "cuda":
+            order = order.pin_memory()
         per_update = b // int(self.cfg.updates_per_rollout)
         return [[order[u : u + per_update]] for u in range(0, b, per_update)]
 

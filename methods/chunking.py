@@ -25,10 +25,13 @@ if TYPE_CHECKING:
     from methods.sde import FlowSDEScheduler
 
 
-def sample_chunks(n: int, rows_per_sample: int, rollout_chunk: int) -> list[torch.Tensor]:
-    """Sample indices per transformer call: ``rollout_chunk`` rows, at least one whole sample."""
+def sample_chunks(
+    n: int, rows_per_sample: int, rollout_chunk: int, device: torch.device | None = None
+) -> list[torch.Tensor]:
+    """Sample indices per transformer call: ``rollout_chunk`` rows, at least one whole sample; made on ``device``
+    (the compute device), so no call moves a host index (docs/performance.md#one-host-sync-per-update)."""
     per_call = max(1, int(rollout_chunk) // max(1, rows_per_sample))
-    return list(torch.arange(n).split(per_call))
+    return list(torch.arange(n, device=device).split(per_call))
 
 
 def chunked_velocity(
@@ -41,10 +44,9 @@ def chunked_velocity(
 ) -> torch.Tensor:
     """``velocity(x, t, embeds)`` (default ``backbone.velocity``) evaluated ``rollout_chunk`` rows at a time."""
     velocity = velocity or backbone.velocity
-    chunks = sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk)
+    chunks = sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk, x.device)
     out = None
     for idx in chunks:
-        idx = idx.to(x.device)
         v = velocity(x[idx], t[idx], embeds.select(idx))
         if out is None:
             out = v.new_empty((x.shape[0], *v.shape[1:]))
@@ -73,8 +75,7 @@ def chunked_sde_step(
     x_next = torch.empty_like(x)
     log_prob = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     x0 = torch.empty_like(x) if want_x0 else None
-    for idx in sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk):
-        idx = idx.to(x.device)
+    for idx in sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk, x.device):
         xi, ii = x[idx], index[idx]
         v = backbone.velocity(xi, t[idx], embeds.select(idx))
         out = sde.step(xi, v, ii, stochastic[idx], noise=noise[idx])
@@ -99,12 +100,13 @@ def decode_chunks(
 ) -> Iterator[tuple[torch.Tensor, list[str]]]:
     """Decoded images (fp32, no gradients) and their prompts, ``decode_chunk`` at a time; each chunk's
     :func:`display_copy` is appended to ``display`` unless it is None."""
-    for idx in torch.arange(latents.shape[0]).split(max(1, int(decode_chunk))):
+    step = max(1, int(decode_chunk))
+    for start in range(0, latents.shape[0], step):  # contiguous chunks: slices, no index tensor to move
         with torch.no_grad():
-            images = backbone.decode(latents[idx.to(latents.device)]).float()
+            images = backbone.decode(latents[start : start + step]).float()
         if display is not None:
             display.append(display_copy(images))
-        yield images, [prompts[i] for i in idx.tolist()]
+        yield images, prompts[start : start + step]
 
 
 @torch.no_grad()

@@ -57,6 +57,8 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
             )
             backbone.guidance_scale = 1.0
         self.sigmas = make_sigmas(cfg.schedule, int(cfg.sampling_steps), float(cfg.shift), backbone)
+        # indexed per update call: on the compute device once, not moved per call (a sync on CUDA each time)
+        self.device_sigmas = self.sigmas.to(backbone.device)
         self.old_policy = LaggingPolicy(backbone.transformer)  # v_old = v at the start (their lines 576-580)
         self._decay = 0.0
 
@@ -167,10 +169,13 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
     def _noise(self, rollout: Rollout, seeds: list[int]) -> torch.Tensor:
         assert rollout.train_steps is not None  # sample() sets the trained steps
         shape = (rollout.train_steps.shape[1], *rollout.latents.shape[1:])
-        noise = [
-            torch.randn(shape, generator=torch.Generator().manual_seed(int(s)), dtype=torch.float32) for s in seeds
-        ]
-        return torch.stack(noise).to(rollout.latents.device)
+        device = rollout.latents.device
+        # each sample's draw written into one pinned buffer and queued to the device without waiting (a pageable
+        # copy would sync once per transformer call; the draws are torch.randn's, models.backbone.host_randn)
+        noise = torch.empty((len(seeds), *shape), dtype=torch.float32, pin_memory=device.type == "cuda")
+        for row, s in zip(noise, seeds):
+            row.normal_(generator=torch.Generator().manual_seed(int(s)))
+        return noise.to(device, non_blocking=True)
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Every (sample, trained time) row of the update, ``method.update_batch`` rows per transformer call: per
@@ -178,7 +183,7 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
         forward and one backward of :func:`methods.nft_loss.nft_loss`."""
         bb, cfg = self.backbone, self.cfg
         seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]  # the plan's host-side indices
-        samples = samples.to(rollout.latents.device)
+        samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
         assert rollout.train_steps is not None and rollout.advantages is not None  # set by sample(), prepare_update()
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
@@ -190,7 +195,7 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
             noise = noise[call.start - first * t_count : call.stop - first * t_count]
             rows = row_samples[call]
             x0 = rollout.latents[rows]
-            sigma = self.sigmas.to(x0.device)[row_steps[call]]  # (r,) float64
+            sigma = self.device_sigmas[row_steps[call]]  # (r,) float64
             s = sigma.float().view(-1, *([1] * (x0.ndim - 1)))
             xt = (1.0 - s) * x0 + s * noise
             embeds = rollout.embeds.select(rows)

@@ -119,8 +119,7 @@ class EAM(SOCMethod[EAMConfig]):
         x0 = self.backbone.initial_noise(len(expanded), generator)
         b = x0.shape[0]
         x1 = torch.empty_like(x0)
-        for idx in sample_chunks(b, self.backbone.rows_per_sample, self.cfg.rollout_chunk):
-            idx = idx.to(x0.device)
+        for idx in sample_chunks(b, self.backbone.rows_per_sample, self.cfg.rollout_chunk, x0.device):
             sub = embeds.select(idx)
 
             def velocity(x: torch.Tensor, t: torch.Tensor, sub: PromptEmbeds = sub) -> torch.Tensor:
@@ -183,7 +182,7 @@ class EAM(SOCMethod[EAMConfig]):
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """The regression of every sample's K_t loss rows, whole samples per call of ``method.update_batch`` rows."""
-        samples = samples.to(rollout.latents.device)
+        samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
         totals: dict[str, torch.Tensor] = {}
         for part in self.loss_calls(samples, rollout.extras["loss_times"].shape[1]):
             add_sums(totals, self._loss_backward(rollout, part, update_size))
@@ -199,5 +198,5 @@ class EAM(SOCMethod[EAMConfig]):
         v = self.velocity(x_t, t, rollout.embeds.select(samples.repeat_interleave(t_count)))
         sq = self.squared_norm(v - target.to(v.dtype))
         if self.cfg.loss_weight == LossWeight.memoryless:
-            sq = sq * self.schedule.loss_weight(t).to(sq.device, sq.dtype)
+            sq = sq * self.schedule.loss_weight(t).to(sq.dtype)  # t is on the device
         return self.finish_loss(sq.view(m, t_count).mean(1), update_size)

@@ -54,7 +54,7 @@ class FlashDiagnostics:
 
     def on_loss(self, pre_update: torch.Tensor, index: torch.Tensor, stats: dict[str, torch.Tensor]) -> None:
         ratio = stats["ratio"].detach()
-        pre = pre_update.to(ratio.device)
+        pre = pre_update  # on the rollout's device, as the ratio
         dev = (ratio - 1.0).abs()
         n, clipped = pre.sum(), ((dev > self.clip_range) & pre).sum()
         dev_max = torch.where(pre, dev, torch.zeros_like(dev)).max()

@@ -116,8 +116,10 @@ class FlashGRPO(GRPO[FlashGRPOConfig]):
         inv = rollout.extras["inv_lambda"]
         weight, kl_weight = torch.ones_like(inv), torch.ones_like(inv)
         update_of = torch.empty(len(rollout), dtype=torch.long, device=inv.device)
-        for u, update in enumerate(plan):
-            idx = torch.cat(update).to(inv.device)
+        # every update's host indices on the device in one copy per step, not one per update (a sync each on CUDA)
+        joined = [torch.cat(update) for update in plan]
+        on_device = torch.cat(joined).to(inv.device).split([len(j) for j in joined])
+        for u, idx in enumerate(on_device):
             update_of[idx] = u
             if self.cfg.rectify:
                 weight[idx], denom = rectification_weights(inv[idx], self.cfg.weight_norm, self.pool_inv_lambda)

@@ -18,7 +18,7 @@ from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
 from methods.trajectory import Trajectory, transition_states
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
-from models.backbone import Backbone
+from models.backbone import Backbone, host_randn
 from rewardflow.errors import ConfigErrors
 
 #: the config class of a GRPO method (the baselines, Flash-GRPO, JAGG)
@@ -134,9 +134,10 @@ class GRPO(Method[GRPOConfigT]):
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
         traj.record(0, x)
         final = None
+        stochastic_on_device = stochastic.to(x.device)  # once, not per step (docs/performance.md)
         for i in range(n):
             index = torch.full((b,), i, dtype=torch.long, device=x.device)
-            noise = torch.randn(x.shape, generator=generator, dtype=torch.float32).to(x.device)
+            noise = host_randn(tuple(x.shape), generator, x.device)
             x, log_probs[:, i], x0 = chunked_sde_step(
                 bb,
                 sde,
@@ -144,7 +145,7 @@ class GRPO(Method[GRPOConfigT]):
                 index,
                 self.model_time(sde.sigma(index)).float(),
                 embeds,
-                stochastic[:, i].to(x.device),
+                stochastic_on_device[:, i],
                 noise,
                 self.cfg.rollout_chunk,
                 want_x0=i == n - 1 and self.cfg.decode == Decode.pred_x0,
@@ -219,7 +220,7 @@ class GRPO(Method[GRPOConfigT]):
     def kl_term(self, mean: torch.Tensor, ref_mean: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
         """Per-sample KL of the policy's step to the reference's. Upstream's CPS code divides by the step's own
         variance, i.e. the exact Gaussian KL, so ``noise_kernel=cps`` always takes the exact form (docs/cps.md)."""
-        delta = self.sigmas.to(index.device)[index + 1] - self.sde.sigma(index)
+        delta = self.sde.table(index.device)[index + 1] - self.sde.sigma(index)
         exact = bool(self.cfg.kl_exact) or self.sde.noise_kernel == NoiseKernel.cps
         return kl_to_reference(mean, ref_mean, self.sde.diffusion_coef(index), exact, delta)
 
@@ -242,7 +243,7 @@ class GRPO(Method[GRPOConfigT]):
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Exact backward of every trained (sample, step) row, ``method.update_batch`` rows per transformer call,
         each loss divided by ``update_size x T`` (DanceGRPO's ``gradient_accumulation_steps x train_timesteps``)."""
-        samples = samples.to(rollout.latents.device)
+        samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
         assert rollout.train_steps is not None  # sample() sets the trained steps
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]

@@ -197,7 +197,7 @@ class JAGG(GRPO[JAGGConfig]):
         baseline's exact backward together, ``method.update_batch`` rows per transformer call. Every per-step loss is
         divided by ``update_size x T`` as in the baseline, so with ``jagg_frac=0`` this is the baseline's backward,
         operation for operation."""
-        samples = samples.to(rollout.latents.device)
+        samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
         assert rollout.train_steps is not None  # sample() sets the trained steps
         steps = rollout.train_steps[samples]
         norm, weight = update_size * steps.shape[1], 1.0 / steps.shape[1]

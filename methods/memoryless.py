@@ -17,8 +17,9 @@ import torch
 
 
 def expand_time(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """(B,) -> (B, 1, ..., 1) in ``like``'s dtype and device."""
-    return t.to(device=like.device, dtype=like.dtype).reshape(-1, *([1] * (like.dim() - 1)))
+    """(B,) -> (B, 1, ..., 1) in ``like``'s dtype and device (the methods pass device times: moved only if not)."""
+    t = t.to(like.dtype) if t.device == like.device else t.to(like.device, like.dtype)
+    return t.reshape(-1, *([1] * (like.dim() - 1)))
 
 
 class MemorylessSchedule:

@@ -25,8 +25,9 @@ def euler_ode(
 ) -> torch.Tensor:
     """Integrate ``dx/dt = velocity(x, t)`` (``t`` passed per sample, (B,) float64) over the grid ``ts``."""
     b = x.shape[0]
-    for i in range(ts.numel() - 1):
-        t = ts[i].expand(b).to(x.device)
-        h = float(ts[i + 1] - ts[i])
+    # the grid on the device once (a per-call move of a host value is a sync on CUDA), its steps as host floats
+    on_device, steps = ts.to(x.device), (ts[1:] - ts[:-1]).tolist()
+    for i, h in enumerate(steps):
+        t = on_device[i].expand(b)
         x = x + h * velocity(x, t).to(x.dtype)
     return x

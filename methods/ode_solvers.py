@@ -69,8 +69,8 @@ def solve(
     """Integrate ``dx/dsigma = velocity(x, sigma)`` from ``sigmas[0]`` to 0 with sampler ``name``; returns the final
     latents only. ``velocity`` receives the grid's sigma per sample, (B,) float64, never the solver's float32 copy."""
     solver = make_solver(name, sigmas)
-    grid = sigmas.detach().to(torch.float64)
+    grid = sigmas.detach().to(x.device, torch.float64)  # once: a per-call move would be a sync on CUDA
     for i, t in enumerate(solver.timesteps):
-        v = velocity(x, grid[i].expand(x.shape[0]).to(x.device))
+        v = velocity(x, grid[i].expand(x.shape[0]))
         x = solver.step(v, t, x, return_dict=False)[0]
     return x

@@ -30,7 +30,7 @@ def rectification_factor(sde: FlowSDEScheduler, index: torch.Tensor) -> torch.Te
     is ``1 / s^2``, so this is ``|d mu / d v| / s``. CPS: ``2 s |d mu / d v|``.
     """
     sigma = sde.sigma(index)
-    delta = sigma - sde.sigmas.to(index.device)[index + 1]
+    delta = sigma - sde.table(index.device)[index + 1]
     std = sde.diffusion_coef(index) * torch.sqrt(delta)
     return -sde.velocity_coef(index) * sde.log_prob_precision(index) * std
 
@@ -52,7 +52,8 @@ def rectification_weights(
     Collective when ``norm="update"``: every rank must call it for every update.
     """
     if norm == "update":
-        count = torch.tensor(float(inv_lambda.numel()), dtype=inv_lambda.dtype, device=inv_lambda.device)
+        # filled on the device: torch.tensor of a Python number would be a host copy (a sync on CUDA)
+        count = torch.full((), float(inv_lambda.numel()), dtype=inv_lambda.dtype, device=inv_lambda.device)
         totals = all_reduce_sum(torch.stack([inv_lambda.sum(), count]))  # on the rollout's device (NCCL-safe)
         denom = totals[0] / totals[1]
     elif norm == "pool":

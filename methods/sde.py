@@ -40,6 +40,14 @@ def _expand(t: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return t.reshape(t.shape[0], *([1] * (like.dim() - 1)))
 
 
+def _rows(stochastic: torch.Tensor | bool, index: torch.Tensor) -> torch.Tensor:
+    """``stochastic`` (a bool, or a (B,) bool tensor on the device) as float64 0/1 per row of ``index``, made on the
+    device: ``torch.as_tensor(True, device=...)`` copies a host scalar, a sync per call on CUDA."""
+    if isinstance(stochastic, torch.Tensor):
+        return stochastic.to(torch.float64).expand(index.shape)
+    return torch.full(index.shape, float(bool(stochastic)), dtype=torch.float64, device=index.device)
+
+
 def gaussian_log_prob(sample: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Per-element *mean* Gaussian log-density: averaging instead of summing shrinks log-ratios by the
     number of latent elements D, which is why PPO clip ranges of 1e-4 are meaningful. Computed in at least fp32."""
@@ -86,27 +94,36 @@ class FlowSDEScheduler:
         self.sigmas = sigmas.to(torch.float64)
         self.noise_kernel = noise_kernel
         self.eta = float(eta)
+        # the table on each device it is indexed on, copied there once: a per-call move of the host table was a
+        # device sync on CUDA per transformer call (issue 27; docs/performance.md#one-host-sync-per-update)
+        self._tables: dict[torch.device, torch.Tensor] = {}
+
+    def table(self, device: torch.device) -> torch.Tensor:
+        """``sigmas`` (float64) on ``device``."""
+        if device not in self._tables:
+            self._tables[device] = self.sigmas.to(device)
+        return self._tables[device]
 
     @property
     def num_steps(self) -> int:
         return self.sigmas.numel() - 1
 
     def sigma(self, index: torch.Tensor) -> torch.Tensor:
-        return self.sigmas.to(index.device)[index]
+        return self.table(index.device)[index]
 
     def diffusion_coef(self, index: torch.Tensor) -> torch.Tensor:
         """``g_i`` per sample (float64), for step indices ``index`` of shape (B,). For ``cps``, the ``g`` whose
         ``g sqrt(-Delta)`` is the step's std, so that ``std = g sqrt(-Delta)`` holds for every kernel."""
         sigma = self.sigma(index)
         if self.noise_kernel == "cps":
-            sigma_next = self.sigmas.to(index.device)[index + 1]
+            sigma_next = self.table(index.device)[index + 1]
             return self._cps_std(index) / torch.sqrt(sigma - sigma_next)
         if self.noise_kernel == "dance":
             return torch.full_like(sigma, self.eta)
         if self.noise_kernel == "linear":
-            lo, hi = self.sigmas[-1].to(sigma.device), self.sigmas[1].to(sigma.device)
+            lo, hi = self.table(sigma.device)[-1], self.table(sigma.device)[1]
             return self.eta * (lo + (hi - lo) * sigma)
-        one_minus = torch.where(sigma >= 1.0, 1.0 - self.sigmas[1].to(sigma.device), 1.0 - sigma)
+        one_minus = torch.where(sigma >= 1.0, 1.0 - self.table(sigma.device)[1], 1.0 - sigma)
         return self.eta * torch.sqrt(sigma / one_minus)
 
     def velocity_coef(self, index: torch.Tensor, stochastic: torch.Tensor | bool = True) -> torch.Tensor:
@@ -114,11 +131,11 @@ class FlowSDEScheduler:
 
         ``cps``: ``-sigma (1 - sigma_{i+1}) + (1 - sigma) sqrt(sigma_{i+1}^2 - std^2)``, which is ``Delta`` (Euler) when
         the step is deterministic or ``sigma = 1``, and otherwise more negative (the mean leans less on ``x1_hat``)."""
-        sigma, delta = self.sigma(index), self.sigmas.to(index.device)[index + 1] - self.sigma(index)
+        sigma, delta = self.sigma(index), self.table(index.device)[index + 1] - self.sigma(index)
         if self.noise_kernel == "cps":
             x0_coef, x1_coef, _ = self._cps_coefs(index, stochastic)
             return -sigma * x0_coef + (1 - sigma) * x1_coef
-        g = self.diffusion_coef(index) * torch.as_tensor(stochastic, device=index.device)
+        g = self.diffusion_coef(index) * _rows(stochastic, index)
         return delta * (1 + g**2 * (1 - sigma) / (2 * sigma))
 
     def log_prob_precision(self, index: torch.Tensor) -> torch.Tensor:
@@ -127,20 +144,20 @@ class FlowSDEScheduler:
         gradients of a step's log-prob in the velocity (JAGG's ``s_j``, Flash-GRPO's lambda)."""
         if self.noise_kernel == "cps":
             return torch.full_like(self.sigma(index), 2.0)
-        delta = self.sigma(index) - self.sigmas.to(index.device)[index + 1]
+        delta = self.sigma(index) - self.table(index.device)[index + 1]
         return 1.0 / (self.diffusion_coef(index) ** 2 * delta)
 
     def _cps_std(self, index: torch.Tensor) -> torch.Tensor:
         """CPS noise std ``sigma_{i+1} sin(a pi / 2)`` (float64; ``std_dev_t`` in upstream)."""
-        return self.sigmas.to(index.device)[index + 1] * math.sin(self.eta * math.pi / 2)
+        return self.table(index.device)[index + 1] * math.sin(self.eta * math.pi / 2)
 
     def _cps_coefs(
         self, index: torch.Tensor, stochastic: torch.Tensor | bool
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(1 - sigma_{i+1}, sqrt(sigma_{i+1}^2 - std^2), std)`` per sample in float64: the weights of ``x0_hat``
         and ``x1_hat`` in the CPS mean, and the noise std (0 on deterministic rows, whose weights are then Euler's)."""
-        sigma_next = self.sigmas.to(index.device)[index + 1]
-        std = self._cps_std(index) * torch.as_tensor(stochastic, device=index.device, dtype=torch.float64)
+        sigma_next = self.table(index.device)[index + 1]
+        std = self._cps_std(index) * _rows(stochastic, index)
         return 1 - sigma_next, torch.sqrt(sigma_next**2 - std**2), std
 
     def mean_std(
@@ -151,10 +168,10 @@ class FlowSDEScheduler:
         dtype = torch.promote_types(velocity.dtype, torch.float32)
         x, v = sample.to(dtype), velocity.to(dtype)
         sigma = self.sigma(index)
-        delta = self.sigmas.to(index.device)[index + 1] - sigma
+        delta = self.table(index.device)[index + 1] - sigma
         if self.noise_kernel == "cps":
             return self._cps_mean_std(x, v, index, sigma, delta, stochastic)
-        g = self.diffusion_coef(index) * torch.as_tensor(stochastic, device=index.device, dtype=torch.float64)
+        g = self.diffusion_coef(index) * _rows(stochastic, index)
         a = (g**2 / (2 * sigma)).to(dtype)
         d, s1 = _expand(delta.to(dtype), x), _expand((1 - sigma).to(dtype), x)
         mean = x + d * (v + _expand(a, x) * (x + s1 * v))
@@ -177,7 +194,7 @@ class FlowSDEScheduler:
         pred_x0 = x - _expand(sigma.to(dtype), x) * v
         pred_x1 = x + v * _expand((1 - sigma).to(dtype), x)
         mean = pred_x0 * _expand(x0_coef.to(dtype), x) + pred_x1 * _expand(x1_coef.to(dtype), x)
-        deterministic = _expand(~torch.as_tensor(stochastic, device=index.device).expand(index.shape), x)
+        deterministic = _expand(_rows(stochastic, index) == 0, x)
         mean = torch.where(deterministic, x + _expand(delta.to(dtype), x) * v, mean)
         return mean, std.to(dtype)
 
@@ -207,9 +224,7 @@ class FlowSDEScheduler:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
         prev = mean + _expand(std, mean) * noise.to(mean.dtype)
         # CPS's log-prob stays defined where its std is 0 (the last step, sigma_N = 0), as upstream's
-        defined = (
-            torch.as_tensor(stochastic, device=std.device).expand(std.shape) if self.noise_kernel == "cps" else std > 0
-        )
+        defined = _rows(stochastic, index) > 0 if self.noise_kernel == "cps" else std > 0
         log_prob = torch.where(
             defined, self._log_prob(prev, mean, torch.where(std > 0, std, 1.0)), torch.full_like(std, float("nan"))
         )

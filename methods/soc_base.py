@@ -78,7 +78,8 @@ class SOCMethod(Method[SOCConfigT]):
     def chunks(self, n: int) -> list[torch.Tensor]:
         """Sample indices per transformer call of ``method.update_batch`` rows, CFG rows counted (the memory bound of
         every batched pass: rollout, VJPs, decode)."""
-        return list(torch.arange(n).split(rows_per_call(self.cfg.update_batch, self.backbone)))
+        per_call = rows_per_call(self.cfg.update_batch, self.backbone)
+        return list(torch.arange(n, device=self.backbone.device).split(per_call))  # device indices: nothing to move
 
     def loss_calls(self, samples: torch.Tensor, rows_per_sample: int) -> list[torch.Tensor]:
         """``samples`` in groups of whole samples whose ``rows_per_sample`` loss rows fill a call of
@@ -90,16 +91,14 @@ class SOCMethod(Method[SOCConfigT]):
     @torch.no_grad()
     def velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         """Fine-tuned velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
-        return chunked_velocity(self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk, self.velocity).to(
-            x.dtype
-        )
+        return chunked_velocity(self.backbone, x, t, embeds, self.cfg.rollout_chunk, self.velocity).to(x.dtype)
 
     @torch.no_grad()
     def pretrained_velocity_batched(self, x: torch.Tensor, t: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:
         """Frozen velocity without gradients, ``method.rollout_chunk`` rows per transformer call."""
-        return chunked_velocity(
-            self.backbone, x, t.to(x.device), embeds, self.cfg.rollout_chunk, self.pretrained_velocity
-        ).to(x.dtype)
+        return chunked_velocity(self.backbone, x, t, embeds, self.cfg.rollout_chunk, self.pretrained_velocity).to(
+            x.dtype
+        )
 
     # -- rollout helpers ----------------------------------------------------------------------------------------
     def expand_prompts(self, prompts: list[str]) -> tuple[list[str], list[int]]:

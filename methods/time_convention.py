@@ -47,7 +47,8 @@ class SigmaConvention(TimeConvention):
         return 1.0 - t
 
     def velocity(self, backbone, x, t, embeds):
-        sigma = self.model_sigma(t).to(device=x.device, dtype=x.dtype)
+        sigma = self.model_sigma(t)
+        sigma = sigma.to(x.dtype) if sigma.device == x.device else sigma.to(x.device, x.dtype)
         return -backbone.velocity(x, sigma, embeds).to(x.dtype)
 
 

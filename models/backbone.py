@@ -19,13 +19,26 @@ from torch import nn
 from rewardflow.errors import ConfigErrors
 
 
+def host_randn(
+    shape: tuple[int, ...], generator: torch.Generator | None, device: torch.device, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Standard normal ``dtype`` drawn on the CPU (a seed gives the same noise on every device; the same draws as
+    ``torch.randn``), then moved to ``device``: on CUDA from pinned memory with ``non_blocking``, so the host queues
+    the copy and goes on (from pageable memory the copy would wait for the device, a sync per sampling step)."""
+    pin = torch.device(device).type == "cuda"
+    noise = torch.empty(shape, dtype=dtype, pin_memory=pin).normal_(generator=generator)
+    return noise.to(device, non_blocking=True)  # on the CPU the copy is done when it returns
+
+
 @dataclass
 class PromptEmbeds:
     """Batched text conditioning: every tensor has the batch on dim 0 (shared tensors go in ``shared``).
 
     With ``rows``, ``entries`` hold one entry per distinct prompt and row ``i`` of the batch reads entry ``rows[i]``
     (a group of G samples shares its prompt's conditioning instead of G copies, docs/memory.md#chunked-rollouts);
-    :attr:`tensors` and :meth:`select` give per-row tensors either way.
+    :attr:`tensors` and :meth:`select` give per-row tensors either way. ``rows`` lives with the entries, on the
+    compute device, so selecting a chunk's rows moves nothing from the host (a move of a host index table is a device
+    sync on CUDA, once per transformer call: docs/performance.md#one-host-sync-per-update).
     """
 
     entries: dict[str, torch.Tensor]
@@ -36,18 +49,23 @@ class PromptEmbeds:
     def tensors(self) -> dict[str, torch.Tensor]:
         if self.rows is None:
             return self.entries
-        return {k: v[self.rows.to(v.device)] for k, v in self.entries.items()}
+        return {k: v[self.rows] for k, v in self.entries.items()}
+
+    @property
+    def device(self) -> torch.device:
+        return next(iter(self.entries.values())).device
 
     def repeat_rows(self, repeats: int) -> PromptEmbeds:
         """Each row ``repeats`` times in a row (``repeat_interleave``), without copying the conditioning."""
-        rows = self.rows if self.rows is not None else torch.arange(len(self))
+        rows = self.rows if self.rows is not None else torch.arange(len(self), device=self.device)
         return PromptEmbeds(self.entries, self.shared, rows.repeat_interleave(int(repeats)))
 
     def select(self, index: torch.Tensor | list[int]) -> PromptEmbeds:
-        index = torch.as_tensor(index, dtype=torch.long)
+        """The rows ``index`` (a device tensor, as the methods' sample indices are; a list is copied once)."""
+        index = torch.as_tensor(index, dtype=torch.long, device=self.device)
         if self.rows is not None:
-            index = self.rows[index.to(self.rows.device)]
-        return PromptEmbeds({k: v[index.to(v.device)] for k, v in self.entries.items()}, self.shared)
+            index = self.rows[index]
+        return PromptEmbeds({k: v[index] for k, v in self.entries.items()}, self.shared)
 
     @staticmethod
     def cat(items: list[PromptEmbeds]) -> PromptEmbeds:
@@ -58,7 +76,7 @@ class PromptEmbeds:
         return PromptEmbeds(
             {k: v.to(device) for k, v in self.entries.items()},
             {k: v.to(device) for k, v in self.shared.items()},
-            self.rows,
+            None if self.rows is None else self.rows.to(device),
         )
 
     def __len__(self) -> int:
@@ -126,7 +144,7 @@ class Backbone(abc.ABC):
 
     def initial_noise(self, n: int, generator: torch.Generator | None = None) -> torch.Tensor:
         """Standard normal fp32 latents of ``n`` samples (drawn on CPU so seeds give the same noise everywhere)."""
-        return torch.randn((n, *self.latent_shape), generator=generator, dtype=torch.float32).to(self.device)
+        return host_randn((n, *self.latent_shape), generator, self.device)
 
     @abc.abstractmethod
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor, embeds: PromptEmbeds) -> torch.Tensor:

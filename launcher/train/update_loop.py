@@ -21,6 +21,13 @@ from rewardflow.distributed import all_reduce_sum, collective_device
 log = logging.getLogger(__name__)
 
 
+def _collective(t: torch.Tensor) -> torch.Tensor:
+    """``t`` (computed on the compute device) on the collectives' device. They are the same device (NCCL and CUDA,
+    gloo and the CPU), so this moves nothing; a move there would be a host copy, a sync on CUDA."""
+    device = collective_device()
+    return t if t.device == device else t.to(device)
+
+
 class UpdateLoop:
     """Runs ``method.update_plan``'s updates: backward of every chunk, clip, step (or skip), zero the gradients.
 
@@ -61,7 +68,7 @@ class UpdateLoop:
             norm = self.grad_norm()
             bad = ~torch.isfinite(norm)
             if "loss" in stats:
-                bad = bad | ~torch.isfinite(stats["loss"].to(norm.device))
+                bad = bad | ~torch.isfinite(stats["loss"])  # both on the compute device
             flag, norm_value = self._joint(bad, norm)  # the update's one host sync
             if flag:
                 skipped += 1
@@ -76,11 +83,11 @@ class UpdateLoop:
             n_samples += update_size
             add_sums(sums, stats)
         keys = sorted(sums)
-        device = collective_device()
-        values = [sums[k].to(device) for k in keys] + [
-            torch.tensor(float(n_samples), dtype=torch.float64, device=device)
-        ]
-        totals = all_reduce_sum(torch.stack(values)).tolist()  # the step's statistics sync
+        on = sums[keys[0]].device if keys else collective_device()
+        # the count is filled on the device (a torch.tensor of a Python number would be a host copy, a sync)
+        count = torch.full((), float(n_samples), dtype=torch.float64, device=on)
+        values = _collective(torch.stack([sums[k].to(torch.float64) for k in keys] + [count]))
+        totals = all_reduce_sum(values).tolist()  # the step's statistics sync
         out = {k: v / max(totals[-1], 1.0) for k, v in zip(keys, totals[:-1])}
         if norms:
             out["grad_norm"] = sum(norms) / len(norms)
@@ -104,7 +111,6 @@ class UpdateLoop:
     def _joint(bad: torch.Tensor, norm: torch.Tensor) -> tuple[bool, float]:
         """``(skip on every rank, grad norm)`` from one tensor read: the flag counts the ranks with a non-finite loss
         or gradient (one makes every rank skip); the norm is already global."""
-        device = collective_device()
-        ranks_bad = all_reduce_sum(bad.to(device, torch.float64).reshape(1))
-        flag, value = torch.cat([ranks_bad, norm.detach().to(device, torch.float64).reshape(1)]).tolist()
+        ranks_bad = all_reduce_sum(_collective(bad.to(torch.float64).reshape(1)))
+        flag, value = torch.cat([ranks_bad, _collective(norm.detach().to(torch.float64).reshape(1))]).tolist()
         return flag > 0, value
