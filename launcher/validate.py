@@ -10,6 +10,7 @@ each naming its key and the fix.
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -21,12 +22,15 @@ from launcher.cluster.env_check import check_environment
 from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
 from launcher.strict_keys import check_keys
+from launcher.toy_values import toy_values
 from launcher.train import lr_schedule
 from launcher.train.data import split_prompts
 from launcher.train.ema import ParameterEMA
 from launcher.train.evaluation import Evaluator
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
+
+log = logging.getLogger(__name__)
 
 #: the config groups whose component has a ``check`` hook (``logger=none`` has no component)
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
@@ -62,6 +66,8 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         check_across_groups(run, classes, errors)
     Evaluator.check(run, errors)
     errors.raise_if_any()
+    for warning in toy_values(run):
+        log.warning(warning)
     return split_prompts(
         load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding), run.eval.split
     )[0]

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from omegaconf import MISSING
 
 
 @dataclass
+class RecipeLR:
+    """The learning rate of a method's recipe per fine-tuning mode (``model.finetune``); ``optimizer.lr`` is the one
+    of the run's mode unless set (conf/train.yaml)."""
+
+    lora: float = MISSING
+    full: float = MISSING
+
+
+@dataclass
 class MethodConfig:
-    """The shape of one training step. Each method's config sets its recipe's values (``conf/train.yaml`` then
-    scales them down for the CPU demo; experiment presets restore paper scale)."""
+    """The shape of one training step. Each method's config sets its recipe's values (the CPU models' own budget,
+    conf/budget/cpu_demo.yaml, scales them down for the CPU demo; experiment presets set paper scale)."""
 
     _target_: str = MISSING
     name: str = MISSING
@@ -24,3 +33,4 @@ class MethodConfig:
     decode_chunk: int = 8  # images per VAE decode and per reward call
     trajectory_offload: bool = False  # keep the states the update reads in pinned host memory, not on the GPU
     shuffle_samples: bool = False  # shuffle the samples before splitting them into updates (Flow-GRPO)
+    recipe_lr: RecipeLR = field(default_factory=RecipeLR)  # optimizer.lr per model.finetune (each method's source)

@@ -4,10 +4,10 @@ defaults; experiment=nft_sd35m is their multi-reward recipe."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from methods.base_config import MethodConfig
+from methods.base_config import MethodConfig, RecipeLR
 from methods.grpo_config import Advantage
 from methods.schedule_config import Schedule
 
@@ -34,6 +34,8 @@ class AdvMode(StrEnum):
 class DiffusionNFTConfig(MethodConfig):
     _target_: str = "methods.diffusion_nft.DiffusionNFT"
     name: str = "diffusion_nft"
+    # LoRA: the authors' 3e-4 (nft.py _get_config); they publish no full fine-tuning: DanceGRPO's full rate (ours)
+    recipe_lr: RecipeLR = field(default_factory=lambda: RecipeLR(lora=3e-4, full=1e-5))
     group_size: int = 24  # images per prompt (nft.py:28 sample.num_image_per_prompt)
     prompts_per_step: int = 48  # prompt groups per rollout, global across ranks (nft.py:29 num_groups)
     sampling_steps: int = 10  # N rollout solver steps (nft.py:20; 25 in sd3_multi_reward, nft.py:136)

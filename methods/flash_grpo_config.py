@@ -6,12 +6,13 @@ experiment=flash_grpo_wan."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Optional
 
 from omegaconf import II
 
+from methods.base_config import RecipeLR
 from methods.grpo_config import Advantage, Decode, GRPOConfig, NoiseKernel
 from methods.schedule_config import Schedule
 
@@ -33,6 +34,9 @@ class FlashGRPOConfig(GRPOConfig):
 
     _target_: str = "methods.flash_grpo.FlashGRPO"
     name: str = "flash_grpo"
+    # LoRA: the official recipes' AdamW 1e-4 (docs/methods/flash_grpo.md); no full fine-tuning recipe is published:
+    # DanceGRPO's full rate
+    recipe_lr: RecipeLR = field(default_factory=lambda: RecipeLR(lora=1e-4, full=1e-5))
     group_size: int = 8  # 4 rank slots x 2 videos
     prompts_per_step: int = 48  # 2 sampling rounds x 24 prompts per epoch (96 GPUs)
     sampling_steps: int = 20

@@ -4,10 +4,10 @@ config overrides what differs."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from methods.base_config import MethodConfig
+from methods.base_config import MethodConfig, RecipeLR
 from methods.schedule_config import Schedule
 
 
@@ -49,5 +49,8 @@ class GRPOConfig(MethodConfig):
     global_std: bool = False  # advantage=prompt: std over all rewards of the step
     kl_beta: float = 0.0  # beta of the KL to the frozen reference policy (DanceGRPO has none)
     kl_exact: bool = False  # divide the KL by |Delta| as the exact Gaussian KL does
+    # DanceGRPO's FLUX scripts: full fine-tuning 1e-5, LoRA (r128) 3e-4; Flow-GRPO's SD3.5-M LoRA recipe: 3e-4 too
+    # (docs/methods/grpo_baselines.md#upstream-recipes)
+    recipe_lr: RecipeLR = field(default_factory=lambda: RecipeLR(lora=3e-4, full=1e-5))
     timestep_fraction: float = 0.6  # DanceGRPO: each sample trains a random floor(0.6 (N-1)) of its N-1 trainable
     # steps (the rule is each variant's)

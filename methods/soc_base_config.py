@@ -6,10 +6,10 @@ docs/methods/eam.md#what-is-reconstructed says which.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
-from methods.base_config import MethodConfig
+from methods.base_config import MethodConfig, RecipeLR
 
 
 class LossReduction(StrEnum):
@@ -22,6 +22,9 @@ class SOCConfig(MethodConfig):
     """Knobs shared by Adjoint Matching and EAM (no group statistics: B = prompts_per_step x group_size)."""
 
     group_size: int = 1
+    # full: AM's Adam 2e-5 (AM App. G, docs/methods/eam.md#adjoint-matching); LoRA: experiment=eam_sd35m's AdamW
+    # 1e-4, a reconstruction ([R], docs/methods/eam.md#what-is-reconstructed)
+    recipe_lr: RecipeLR = field(default_factory=lambda: RecipeLR(lora=1e-4, full=2e-5))
     prompts_per_step: int = 40  # a batch of 40 trajectories
     sampling_steps: int = 40  # K: AM's SDE rollout steps on t_k = k / K; EAM's grid for time_sampling=am_grid
     reward_scale: float = 1.0e5  # lambda: the target is p_pre exp(lambda r). Sized for the CPU demo's colour

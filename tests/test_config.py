@@ -72,14 +72,15 @@ def test_every_method_model_pair_composes(method, model):
 
 
 def test_method_yaml_values_reach_the_config():
-    """The CPU-demo scale in train.yaml overrides only scale knobs; method semantics come from the method YAML."""
+    """The CPU demo's budget (conf/budget/cpu_demo.yaml, picked by the tiny twin) overrides only scale knobs; method
+    semantics come from the method YAML."""
     dance, flow, fast = (compose([f"method={m}"]).method for m in ("dance_grpo", "flow_grpo", "flow_grpo_fast"))
     assert (dance.noise_kernel, dance.eta, dance.schedule, dance.advantage) == ("dance", 0.3, "linear_shift", "group")
     assert dance.quantize_timestep and dance.init_same_noise and dance.decode == "pred_x0" and dance.kl_beta == 0
     assert (flow.noise_kernel, flow.eta, flow.schedule, flow.advantage) == ("flow", 0.7, "scheduler", "prompt")
     assert flow.timestep_fraction == 0.99 and flow.kl_beta == 0.04 and flow.clip_range == 1e-4
     assert (fast.window_size, list(fast.window_range), fast.clip_range, fast.kl_beta) == (2, [0, 5], 1e-5, 0.0)
-    assert dance.group_size == 8 and dance.sampling_steps == 10  # CPU demo scale from train.yaml
+    assert dance.group_size == 8 and dance.sampling_steps == 10  # the CPU demo's budget
 
 
 # ---------------------------------------------------------------------------------------- fail fast, clearly

@@ -1,7 +1,7 @@
 """A default is written once: the config dataclass beside each component holds it, and no YAML under conf/ restates
 it. An option YAML sets only what differs from its schema; train.yaml and the experiment presets set only what differs
-from the options they compose (a preset may pin a key train.yaml sets, so that the CPU demo's scale never leaks into
-a paper preset)."""
+from the options they compose (a preset on a CPU model may pin a key of the demo's budget, conf/budget/cpu_demo.yaml,
+which that model picks, so that the demo's scale never leaks into the preset)."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def option_values(group: str, option: str) -> dict:
 
 def restated(body: dict, given) -> list[str]:
     """Keys of ``body`` whose value equals what ``given(path)`` says the composition holds without it."""
-    return [".".join(path) for path, value in leaves(body) if given(path) == value]
+    return [".".join(path) for path, value in leaves(body) if path and given(path) == value]
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in COMPONENT_GROUPS for o in group_options(g)])
@@ -136,9 +136,17 @@ def test_train_yaml_sets_only_what_differs_from_the_default_options():
     assert not restated(body, given_by(choices(defaults))), "conf/train.yaml restates defaults"
 
 
+def budget_of(model: str) -> dict:
+    """The values of the budget ``model=<model>`` picks (``/budget@_global_: <name>`` in its defaults), or none."""
+    for d in yaml_of(CONF / "model" / f"{model}.yaml")[0]:
+        if isinstance(d, dict) and "/budget@_global_" in d:
+            return yaml_of(CONF / "budget" / f"{d['/budget@_global_']}.yaml")[1]
+    return {}
+
+
 @pytest.mark.parametrize("name", group_options("experiment"))
 def test_a_preset_sets_only_what_differs_from_the_options_it_composes(name):
     _, body = yaml_of(CONF / "experiment" / f"{name}.yaml")
-    demo = {".".join(path) for path, _ in leaves(yaml_of(CONF / "train.yaml")[1])}
+    demo = {".".join(path) for path, _ in leaves(budget_of(preset_choices(name)["model"]))}
     found = [k for k in restated(body, given_by(preset_choices(name))) if k not in demo]
     assert not found, f"conf/experiment/{name}.yaml restates defaults: {found}"

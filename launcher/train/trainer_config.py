@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Optional
 
+from omegaconf import II
+
 
 @dataclass
 class TrainerConfig:
@@ -42,7 +44,8 @@ class LRSchedule(StrEnum):
 class OptimizerConfig:
     _target_: str = "torch.optim.AdamW"
     _partial_: bool = True
-    lr: float = 1e-5  # finite, > 0
+    # finite, > 0; default: the method's recipe rate for the run's fine-tuning mode (method.recipe_lr)
+    lr: float = II("method.recipe_lr.${model.finetune}")
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # two, each in [0, 1)
     weight_decay: float = 1e-4  # finite, >= 0 (0: none)
     eps: float = 1e-8  # finite, > 0
