@@ -56,11 +56,14 @@ def stray_process_group(cluster_name: str) -> str | None:
     """Why this process's environment contradicts ``cluster=local`` (None if it does not): ``WORLD_SIZE`` > 1
     outside submitit and outside torchrun (which sets ``TORCHELASTIC_RUN_ID``) is left over from another job or
     shell, and would make this one process wait for ranks that never come, up to the rendezvous timeout."""
-    from launcher.cluster.env_check import restart_count_problem
+    from launcher.cluster.env_check import process_group_problem, restart_count_problem
 
     restarts = restart_count_problem()
     if restarts:  # read by the run dir's lock, which the command line takes before the config checks
         return f"environment SLURM_RESTART_COUNT: {restarts}"
+    values = process_group_problem()
+    if values:
+        return values
     world = os.environ.get("WORLD_SIZE", "1")
     if cluster_name != "local" or os.environ.get("TORCHELASTIC_RUN_ID"):
         return None
