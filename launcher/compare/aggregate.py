@@ -34,7 +34,7 @@ from launcher.compare import evidence, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.grouping import Group
 from launcher.compare.metric import Metric
-from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData
+from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData, axis_key
 from launcher.compare.stats import Estimate
 
 BANDS = ("ci", "std", "sem", "minmax")
@@ -64,6 +64,7 @@ class Trace:
     raw_reward: np.ndarray
     smooth: int  # the window asked for; the last value averages min(smooth, points) points
     steps: int  # training steps logged (rows with reward/mean)
+    held_out: bool = False  # an evaluation's curve: x is the compute before each point (axis_offset)
 
     @property
     def final(self) -> float:
@@ -79,7 +80,7 @@ class Trace:
         return min(self.smooth, self.points)
 
     def total(self, axis: str) -> float:
-        return float(self.x[axis][-1]) + axis_offset(axis)
+        return float(self.x[axis][-1]) + axis_offset(axis, self.held_out)
 
 
 @dataclass
@@ -131,9 +132,10 @@ class Comparison:
     warnings: list[evidence.Finding] = field(default_factory=list)
 
 
-def axis_offset(axis: str) -> float:
-    """Steps are logged 0-based; as compute the step axis counts steps done."""
-    return 1.0 if axis == "step" else 0.0
+def axis_offset(axis: str, held_out: bool = False) -> float:
+    """Steps are logged 0-based; as compute the step axis counts steps done: a training row of step k comes after
+    k + 1 steps, an evaluation logged at step k measures the model after k steps (held out: no offset)."""
+    return 1.0 if axis == "step" and not held_out else 0.0
 
 
 def trailing_mean(y: np.ndarray, k: int) -> np.ndarray:
@@ -151,13 +153,19 @@ def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES)) -
         raise CompareError(f"run {run.name} ({run.source}) logged no {key}")
     x = {}
     for axis in axes:
-        xs = run.series(AXES[axis])[keep]
+        xs = run.series(axis_key(axis, key))[keep]
         if len(xs) and np.isfinite(xs).all():
             # cumulative axes never go down; if a resumed run restarted its clock, keep the curve drawable
             x[axis] = np.maximum.accumulate(xs)
     steps = int(np.isfinite(run.series(REWARD)).sum())
     return Trace(
-        run=run, x=x, reward=trailing_mean(values[keep], smooth), raw_reward=values[keep], smooth=smooth, steps=steps
+        run=run,
+        x=x,
+        reward=trailing_mean(values[keep], smooth),
+        raw_reward=values[keep],
+        smooth=smooth,
+        steps=steps,
+        held_out=key.startswith("eval/"),
     )
 
 
@@ -259,11 +267,11 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
     lacking = [t.run.name for r in results for t in r.traces if s.axis not in t.x]
     if lacking:
         raise CompareError(
-            f"{len(lacking)} run(s) did not log {AXES[s.axis]} with every {metric.key} "
+            f"{len(lacking)} run(s) did not log {axis_key(s.axis, metric.key)} with every {metric.key} "
             f"({', '.join(lacking[:4])}{'...' if len(lacking) > 4 else ''}); compare on another axis, "
             f"e.g. --axis step"
         )
-    off = axis_offset(s.axis)
+    off = axis_offset(s.axis, metric.held_out)
     totals = {t.run.name: t.total(s.axis) for r in results for t in r.traces}
     budget = float(s.budget) if s.budget is not None else min(totals.values())
     base = next(r for r in results if r.label == baseline.label)

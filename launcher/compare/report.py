@@ -10,7 +10,7 @@ from typing import Any
 
 from launcher.compare import stats
 from launcher.compare.aggregate import Comparison, GroupResult
-from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME, show
+from launcher.compare.runs import AXIS_LABELS, COUNTS, PHASES, STEP_TIME, axis_key, show
 from launcher.compare.stats import Estimate
 
 NOT_REACHED = "not reached"
@@ -230,7 +230,7 @@ def markdown(
         "",
         f"{n_runs} runs in {len(c.groups)} groups from {', '.join(sources)}. "
         f"Model `{context['model.name']}`, reward `{context['reward.name']}`, prompts `{context['data.name']}`. "
-        f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); figures over seeds are means with "
+        f"Compute axis: {AXIS_LABELS[s.axis]} (`{axis_key(s.axis, c.metric.key)}`); figures over seeds are means with "
         f"{pct(s.confidence)} intervals [low, high]; {band}.",
         "",
         f"Metric: {c.metric.how_chosen}",
@@ -336,7 +336,7 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
     return {
         "settings": {
             "axis": s.axis,
-            "axis_metric": AXES[s.axis],
+            "axis_metric": axis_key(s.axis, c.metric.key),
             "smooth": c.smooth,
             "smooth_given": s.smooth,
             "band": s.band,
@@ -386,6 +386,7 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
                         "window": t.window,
                         "final": t.final,
                         "total": {a: t.total(a) for a in t.x},
+                        "x": {a: [float(v) for v in t.x[a]] for a in t.x},  # where each compared point sits
                     }
                     for t in r.traces
                 ],

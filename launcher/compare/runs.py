@@ -14,11 +14,19 @@ import numpy as np
 REWARD = "reward/mean"
 # compute axes: name on the command line -> logged metric
 AXES = {"step": "step", "wallclock_s": "time/wallclock_s", "gpu_hours": "time/gpu_hours"}
+#: the same axes for held-out evaluations (``eval/*``): the compute before the evaluation, on keys of their own so that
+#: merging an evaluation into the training row of its step (W&B does) cannot move it (docs/evaluation.md)
+EVAL_AXES = {"step": "step", "wallclock_s": "eval/wallclock_s", "gpu_hours": "eval/gpu_hours"}
 AXIS_LABELS = {"step": "step", "wallclock_s": "wall-clock (s)", "gpu_hours": "GPU-hours"}
 PHASES = ("time/rollout_s", "time/reward_s", "time/update_s")
 STEP_TIME = "time/step_s"
 COUNTS = ("count/transformer_fwd", "count/transformer_bwd")
 ABSENT = object()  # a config key a run does not have
+
+
+def axis_key(axis: str, metric_key: str) -> str:
+    """The logged x of ``axis`` for the metric ``metric_key``: an evaluation's own compute keys for ``eval/*``."""
+    return (EVAL_AXES if metric_key.startswith("eval/") else AXES)[axis]
 
 
 @dataclass

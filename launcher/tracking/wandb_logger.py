@@ -24,7 +24,8 @@ from rewardflow.errors import ConfigError, ConfigErrors
 
 log = logging.getLogger(__name__)
 
-COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
+#: an evaluation's compute is on keys of its own: W&B merges it into the training row of its step (docs/evaluation.md)
+COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours", "eval/wallclock_s", "eval/gpu_hours")
 DEFAULT_PROJECT = "rewardflow"
 MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 

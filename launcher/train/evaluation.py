@@ -199,8 +199,10 @@ class Evaluator:
         row.update(
             {
                 "time/eval_s": time.perf_counter() - t0,
-                "time/wallclock_s": wallclock_s,
-                "time/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
+                # keys of their own: W&B and rewardflow-compare merge an evaluation with the training row of its
+                # step, whose time/* axes hold the compute after that step (docs/evaluation.md#what-a-run-logs)
+                "eval/wallclock_s": wallclock_s,
+                "eval/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
             }
         )
         self.last_done = step
