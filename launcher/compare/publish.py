@@ -20,10 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
+from launcher.compare import stats
 from launcher.compare.aggregate import Comparison
 from launcher.compare.metric import eval_keys
 from launcher.compare.online import COMPARE_JOB_TYPE
-from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, axis_key
+from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, axis_key, axis_unit
 
 log = logging.getLogger(__name__)
 # our band -> W&B's groupby_rangefunc; W&B has no confidence interval, the standard error is the nearest
@@ -157,7 +158,8 @@ def log_summary_run(
                 "target": c.target,
                 "metric": c.metric.key,
                 "confidence": s.confidence,
-                "interval": s.interval,
+                "interval": stats.METHOD,
+                "axis_unit": axis_unit(s.axis, c.device),
                 "warmup_steps": s.warmup_steps,
             }
         },

@@ -21,11 +21,12 @@ from launcher.checkpoint import preemption, run_identity
 from launcher.checkpoint.manager import CheckpointManager
 from launcher.checkpoint.resume import copy_history, load_start_point
 from launcher.checkpoint.run_lock import lock_run_dir
-from launcher.cluster.device_check import default_threads, placement, rank_and_world_size
+from launcher.cluster.device_check import default_threads, placement, placement_record, rank_and_world_size
 from launcher.cluster.mesh import build_mesh, describe
 from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
 from launcher.plan.fixes import check_at_start
+from launcher.tracking import placement_file
 from launcher.tracking.phase_timer import PhaseTimer
 from launcher.tracking.plots import plot_reward_curve, save_image_grid
 from launcher.tracking.run_logger import RunLogger
@@ -142,6 +143,7 @@ class Trainer:
         self.health.start()  # the weights' norm the run starts (or resumes) from
         if self.world.is_main:  # the run dir now belongs to this run (launcher/checkpoint/run_identity.py)
             run_identity.write(info.run_dir, cfg, info.overrides)
+            self.placement = placement_file.write(info.run_dir, placement_record(cfg, self.world.world_size))
         self.logger = RunLogger(
             info.run_dir,
             self._build_backend(wandb_id) if self.world.is_main else None,
@@ -241,7 +243,10 @@ class Trainer:
             lcfg,
             "logger",
             run_dir=self.info.run_dir,
-            run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
+            run_config={
+                **OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),  # type: ignore[dict-item]
+                "placement": self.placement,  # what rewardflow-compare labels its compute axis by
+            },
             group=lcfg.group or self.info.group or self.cfg.method.name,
             tags=tags,
             run_name=lcfg.run_name or self.info.run_name,

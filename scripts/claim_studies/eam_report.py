@@ -22,8 +22,7 @@ from claim_studies.common import (
     table,
 )
 from claim_studies.eam import LAMBDAS, METHODS
-from launcher.compare.stats import ratio_interval
-from launcher.compare.stats import verdict as overlap_verdict
+from launcher.compare.stats import paired as paired_ratio
 
 LABELS = {
     "eam": "EAM (K_t = 4)",
@@ -77,8 +76,9 @@ def lambda_verdict(stats: dict, precondition: dict) -> tuple[str, str]:
         if a["reached"] < a["runs"]:
             faster.append(1)  # AM never (or not always) got there within its budget
         else:
-            ov = overlap_verdict(eam["time_cpu"], a["time_cpu"])
-            faster.append(0 if ov != "significant" else (1 if eam["time_cpu"].mean < a["time_cpu"].mean else -1))
+            # AM / EAM time to the target, seed by seed on the log scale: +1 when its interval is above 1
+            r = paired_ratio(dict(enumerate(a["time_cpu"].values)), dict(enumerate(eam["time_cpu"].values)), ratio=True)
+            faster.append(0 if not r.has_interval else 1 if r.lo > 1 else -1 if r.hi < 1 else 0)
         diff = estimate([x - y for x, y in zip(eam["final"].values, a["final"].values)])
         quality.append(-sign_of(diff))  # +1: EAM's final error is lower
     if all(f > 0 for f in faster) and all(q >= 0 for q in quality):
@@ -142,11 +142,9 @@ def lambda_md(lam: str, res: dict, data: dict) -> tuple[str, str, str]:
     for am in ("am", "am_small_h"):
         a = stats[f"{head:g}"][am]
         if a["reached"] == a["runs"] and e["reached"] == e["runs"]:
-            lo, hi = ratio_interval(a["time_cpu"], e["time_cpu"])
-            ratios.append(
-                f"{LABELS[am]} / EAM time to {head:g}: {a['time_cpu'].mean / e['time_cpu'].mean:.2f}x "
-                f"[{lo:.2f}, {hi:.2f}]"
-            )
+            # seed by seed (both trained on the same seeds, in the same order), t on the log-ratios
+            r = paired_ratio(dict(enumerate(a["time_cpu"].values)), dict(enumerate(e["time_cpu"].values)), ratio=True)
+            ratios.append(f"{LABELS[am]} / EAM time to {head:g}: {r.mean:.2f}x [{r.lo:.2f}, {r.hi:.2f}]")
     md = "\n".join(
         [
             f"### lambda = {lam}",
