@@ -22,6 +22,12 @@ def _written_whole(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def sample_order(n: int, group_size: int) -> list[int]:
+    """Indices of a step's ``n`` samples for its image grid: one per prompt first (the groups' first members), then
+    the rest, so that a grid cut short still shows every prompt."""
+    return list(range(0, n, group_size)) + [i for i in range(n) if i % group_size]
+
+
 def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Path:
     """Save (B, 3, H, W) images in [0, 1] as one PNG grid (upscaled so tiny images stay visible); videos
     (B, F, 3, H, W) show their middle frame."""

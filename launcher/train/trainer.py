@@ -28,7 +28,7 @@ from launcher.components import build, component_class
 from launcher.plan.fixes import check_at_start
 from launcher.tracking import placement_file
 from launcher.tracking.phase_timer import PhaseTimer
-from launcher.tracking.plots import plot_reward_curve, save_image_grid
+from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
 from launcher.tracking.run_logger import RunLogger
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
@@ -340,11 +340,7 @@ class Trainer:
         return bool(every) and self.world.is_main and (step % every == 0 or step == last)
 
     def _log_samples(self, rollout, step: int) -> None:
-        g = int(self.cfg.method.group_size)
-        k = min(self.cfg.trainer.num_sample_images, len(rollout))
-        # one image per prompt first (the groups' first members), then the rest, so grids show the prompts
-        order = list(range(0, len(rollout), g)) + [i for i in range(len(rollout)) if i % g]
-        idx = order[:k]
+        idx = sample_order(len(rollout), int(self.cfg.method.group_size))[: self.cfg.trainer.num_sample_images]
         path = save_image_grid(rollout.images[idx], self.info.run_dir / "samples" / f"step_{step:05d}.png")
         caption = " | ".join(f"{rollout.prompts[i]} ({float(rollout.rewards[i]):.3f})" for i in idx)
         self.logger.log_image("samples", path, step, caption)
