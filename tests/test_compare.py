@@ -38,7 +38,8 @@ def make_run(
 ):
     """A run whose reward/mean = base + slope * step and whose steps take ``step_s`` seconds each (a number, or one
     per run step). With ``eval_every`` it also has held-out evaluations at steps 0, eval_every, ... and the last:
-    eval/color/mean = eval_base + eval_slope * step, eval/pickscore/mean (another reward), time/eval_s."""
+    eval/color/mean = eval_base + eval_slope * step, eval/pickscore/mean (another reward), time/eval_s and the
+    evaluation's own compute axes."""
     times = [step_s] * steps if isinstance(step_s, (int, float)) else list(step_s)
     rows, wall = [], 0.0
     for i in range(steps):
@@ -65,6 +66,9 @@ def make_run(
                     "eval/pickscore/mean": 0.2 + 0.001 * i,
                     "eval/pickscore/std": 0.01,
                     "time/eval_s": 7.0,
+                    # the model after i steps: the compute before step i (docs/evaluation.md#what-a-run-logs)
+                    "eval/wallclock_s": wall - times[i],
+                    "eval/gpu_hours": gpus * (wall - times[i]) / 3600,
                 }
             )
     config = {
@@ -98,7 +102,7 @@ def write_sweep(root, runs):
         (job / ".hydra").mkdir(parents=True)
         lines = []
         for row in run.rows:
-            axes = {k: row[k] for k in ("step", "time/wallclock_s", "time/gpu_hours")}
+            axes = {"step": row["step"]}  # an evaluation's compute is on its eval/* keys
             held_out = {k: v for k, v in row.items() if k.startswith("eval/") or k == "time/eval_s"}
             lines.append({k: v for k, v in row.items() if k not in held_out})
             if held_out:
@@ -434,7 +438,10 @@ def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speed
     # the same sweep evaluated (steps 0 and 1): the column names the evaluation, the warning counts evaluations
     for r in runs:
         for row in r.rows:
+            before = row["time/wallclock_s"] - row["time/step_s"]  # an evaluation's compute: the steps before it
+            per_s = row["time/gpu_hours"] / row["time/wallclock_s"]
             row.update({"eval/color/mean": row["reward/mean"] + 0.1, "time/eval_s": 5.0})
+            row.update({"eval/wallclock_s": before, "eval/gpu_hours": before * per_s})
     folder = write_sweep(tmp_path / "evaluated", runs)
     assert main([str(folder)]) == 0
     data = json.loads((folder / "compare" / "comparison.json").read_text())
@@ -603,13 +610,13 @@ def test_report_builder_with_the_report_api():
     assert runset.groupby == ["config.method.name"]
     # every held-out metric (the compared one first) and the training reward, each against the three axes
     curves = [(p.y, p.x) for p in grid.panels if p.y and p.y[0].endswith("/mean")]
+    evaluation_axes = ("step", "eval/wallclock_s", "eval/gpu_hours")  # an evaluation's own compute
     assert curves == [
-        ([key], x)
-        for key in ("eval/color/mean", "eval/pickscore/mean", "reward/mean")
-        for x in ("step", "time/wallclock_s", "time/gpu_hours")
+        *(([key], x) for key in ("eval/color/mean", "eval/pickscore/mean") for x in evaluation_axes),
+        *((["reward/mean"], x) for x in ("step", "time/wallclock_s", "time/gpu_hours")),
     ]
     titles = [p.title for p in grid.panels]
-    assert "eval/pickscore/mean (held-out) vs time/gpu_hours" in titles
+    assert "eval/pickscore/mean (held-out) vs eval/gpu_hours" in titles
     assert "reward/mean (training reward) vs step" in titles
     assert any(p.y == ["time/eval_s"] for p in grid.panels)
     # the curves' band is the interval of the mean: W&B's nearest is the standard error

@@ -27,7 +27,8 @@ def rendered():
 
 
 def test_every_page_matches_its_data(rendered):
-    expected = {"flash.md", "jagg.md", "eam.md", "index.md", "flash.json", "jagg.json", "eam.json", "README.md"}
+    studies = ("flash", "jagg", "eam")
+    expected = {f"{s}.{kind}" for s in studies for kind in ("md", "json")} | {"index.md", "README.md"}
     assert expected <= {p.name for p in rendered}
     stale = [str(p.relative_to(ROOT)) for p, text in rendered.items() if p.read_text() != text]
     assert not stale, f"pages differ from their data: {stale}; run scripts/claims.py --report-only"
