@@ -93,7 +93,8 @@ def resolve_mode(mode: str) -> tuple[str, str]:
 
 class WandbLogger:
     """Thin wrapper over a ``wandb`` run, built from its typed config (:class:`WandbLoggerConfig`) and the run's
-    names (the trainer picks ``group``, ``tags`` and ``run_name`` from the config or the sweep). ``run_id`` resumes
+    names (the trainer picks ``group``, ``tags``, ``run_name`` and ``job_type`` from the config, W&B's variables or
+    the sweep: launcher/tracking/run_names.py). ``run_id`` resumes
     an existing run (same id, no duplicated steps)."""
 
     def __init__(
@@ -105,6 +106,7 @@ class WandbLogger:
         tags: list[str] | None = None,
         run_name: str | None = None,
         run_id: str | None = None,
+        job_type: str | None = None,
     ):
         import wandb
 
@@ -124,6 +126,7 @@ class WandbLogger:
             group=group,
             tags=list(tags or []),
             name=run_name,
+            job_type=job_type,
             id=run_id,
             resume="allow" if run_id else None,
             reinit="finish_previous",

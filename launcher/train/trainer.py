@@ -30,6 +30,7 @@ from launcher.tracking import placement_file
 from launcher.tracking.phase_timer import PhaseTimer
 from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
 from launcher.tracking.run_logger import RunLogger
+from launcher.tracking.run_names import dashboard_names
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
 from launcher.train.evaluation import Evaluator, held_out_prompts
@@ -234,11 +235,8 @@ class Trainer:
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        tags = list(
-            dict.fromkeys(
-                [self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name, *self.info.tags, *lcfg.tags]
-            )
-        )
+        defaults = [self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name, *self.info.tags]
+        names = dashboard_names(lcfg, defaults, self.info.group, self.info.run_name)  # W&B's variables honoured
         backend = build(
             lcfg,
             "logger",
@@ -247,9 +245,10 @@ class Trainer:
                 **OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),  # type: ignore[dict-item]
                 "placement": self.placement,  # what rewardflow-compare labels its compute axis by
             },
-            group=lcfg.group or self.info.group or self.cfg.method.name,
-            tags=tags,
-            run_name=lcfg.run_name or self.info.run_name,
+            group=names.group,
+            tags=names.tags,
+            run_name=names.name,
+            job_type=names.job_type,
             run_id=run_id,
         )
         self._wandb_id_file().write_text(backend.run_id + "\n")  # a restart before any checkpoint reuses it
