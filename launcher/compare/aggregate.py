@@ -39,7 +39,7 @@ from launcher.compare.completeness import Incomplete
 from launcher.compare.errors import CompareError
 from launcher.compare.grouping import Group
 from launcher.compare.metric import Metric
-from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData, axis_key, axis_scale
+from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData, axis_key, axis_scale, is_evaluation
 from launcher.compare.stats import Estimate
 
 BANDS = ("ci", "std", "sem", "minmax")
@@ -53,6 +53,10 @@ class Settings:
     warmup_steps: int = 1  # first steps left out of the per-step timings (lazy init, allocator warm-up)
     budget: float | None = None  # common budget in axis units; None = the smallest total among the runs
     target: float | None = None  # None = the lowest final value among the baseline's seeds
+    target_from: str = (
+        "given with --target"  # where a given target came from, for the report (launcher/compare/protocol.py)
+    )
+    margin: float | None = None  # protocol.margin of the runs, reported (the protocol's driver ranks with it)
     confidence: float = stats.CONFIDENCE
     include_unfinished: bool = False  # unfinished, crashed and running runs count (completeness.py)
     thresholds: evidence.Thresholds = field(default_factory=evidence.Thresholds)
@@ -174,7 +178,7 @@ def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES), d
         raw_reward=values[keep],
         smooth=smooth,
         steps=steps,
-        held_out=key.startswith("eval/"),
+        held_out=is_evaluation(key),
     )
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.compare import aggregate, completeness, evidence, grouping, plots, report, stats
+from launcher.compare import aggregate, completeness, evidence, grouping, plots, protocol, report, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.local import SOURCES, load_local
 from launcher.compare.metric import SMOOTH_EVAL, SMOOTH_TRAINING, choose_metric
@@ -248,13 +248,19 @@ def run(args, api=None) -> dict:
         grouping.check_ruler(runs, _csv(args.allow_mixed))
     groups = grouping.group_runs(runs, by, _csv(args.allow_mixed))
     baseline = grouping.select_baseline(groups, args.baseline)
+    target, target_from, margin = args.target, "given with --target", protocol.fixed_in_config(runs, "margin")
+    if target is None and (target := protocol.fixed_in_config(runs, "target")) is not None:
+        target_from = protocol.FROM_CONFIG.format(key="target", value=target)
+        log.info("target %g from the runs' config (protocol.target); --target overrides it", target)
     settings = aggregate.Settings(
         axis=args.axis,
         smooth=args.smooth,
         band=args.band,
         warmup_steps=args.warmup_steps,
         budget=args.budget,
-        target=args.target,
+        target=target,
+        target_from=target_from,
+        margin=margin,
         confidence=args.confidence,
         include_unfinished=args.include_unfinished,
         thresholds=evidence.Thresholds(args.min_seeds, args.min_points, args.max_step_cv),

@@ -287,7 +287,7 @@ def notes(c: Comparison) -> list[str]:
         ),
         f"{u} to reach {rew(c.target)} ("
         + (
-            "given with --target"
+            s.target_from
             if s.target is not None
             else f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
             f"reached"
@@ -300,6 +300,12 @@ def notes(c: Comparison) -> list[str]:
         f"Per-step timings are means over steps (the first {s.warmup_steps} left out as warm-up), then over seeds; "
         f"transformer passes are counted per sample on the model (a batch of B rows counts B).",
     ]
+    if s.margin is not None:
+        out.append(
+            f"Margin {s.margin:g} (protocol.margin, fixed in every run's config before the runs): the smallest "
+            f"difference that matters; scripts/protocol.py ranks two methods only when their difference is "
+            f"significant and at least this large."
+        )
     if s.axis == "step":
         out.append("On the step axis, compute is the number of steps done (last logged step + 1).")
     if c.incomplete:
@@ -345,6 +351,8 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
             "warmup_steps": s.warmup_steps,
             "budget_given": s.budget,
             "target_given": s.target,
+            "target_from": s.target_from if s.target is not None else None,
+            "margin": s.margin,
             "confidence": s.confidence,
             "interval": stats.METHOD,
             "include_unfinished": s.include_unfinished,

@@ -24,9 +24,19 @@ COUNTS = ("count/transformer_fwd", "count/transformer_bwd")
 ABSENT = object()  # a config key a run does not have
 
 
+#: metrics an evaluation logs: the held-out scores and the validation scores of the same row (eval.val_split)
+EVALUATION_PREFIXES = ("eval/", "val/")
+
+
+def is_evaluation(metric_key: str) -> bool:
+    """Whether ``metric_key`` is logged by an evaluation (``eval/*``, ``val/*``), at the compute before it."""
+    return metric_key.startswith(EVALUATION_PREFIXES)
+
+
 def axis_key(axis: str, metric_key: str) -> str:
-    """The logged x of ``axis`` for the metric ``metric_key``: an evaluation's own compute keys for ``eval/*``."""
-    return (EVAL_AXES if metric_key.startswith("eval/") else AXES)[axis]
+    """The logged x of ``axis`` for the metric ``metric_key``: an evaluation's own compute keys for ``eval/*`` and
+    ``val/*``."""
+    return (EVAL_AXES if is_evaluation(metric_key) else AXES)[axis]
 
 
 @dataclass

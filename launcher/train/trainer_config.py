@@ -43,6 +43,9 @@ class OptimizerConfig:
     _target_: str = "torch.optim.AdamW"
     _partial_: bool = True
     lr: float = 1e-5  # finite, > 0
+    # the rate used is lr x lr_scale: a sweep of lr_scale is the same grid around every method's own lr
+    # (docs/comparing.md#comparison-protocol); finite, > 0
+    lr_scale: float = 1.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # two, each in [0, 1)
     weight_decay: float = 1e-4  # finite, >= 0 (0: none)
     eps: float = 1e-8  # finite, > 0
