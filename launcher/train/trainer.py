@@ -123,7 +123,11 @@ class Trainer:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
         self.optimizer = build_optimizer(cfg.optimizer, self.params)
         self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
-        self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
+        self.ema = (
+            ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay), bool(t.ema_warmup))
+            if t.ema_decay
+            else None
+        )
         self.updates = UpdateLoop(
             self.method, self.optimizer, self.params, float(t.max_grad_norm), after_step=self._update_ema
         )
@@ -197,7 +201,8 @@ class Trainer:
             return None if earlier.is_file() and earlier.stat().st_size else wandb_id
         if self.ema is not None and "ema" not in start.meta.get("states", []):
             log.warning("checkpoint %s holds no EMA of the weights: the EMA restarts from them", start.checkpoint)
-            self.ema = ParameterEMA(self.backbone.transformer, self.params, float(self.cfg.trainer.ema_decay))
+            t = self.cfg.trainer
+            self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay), bool(t.ema_warmup))
         self.start_step = int(start.meta["step"]) + 1
         self.wallclock = float(start.meta.get("wallclock_s", 0.0))
         log.info("resuming at step %d from %s", self.start_step, start.checkpoint)

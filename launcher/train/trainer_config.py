@@ -28,6 +28,8 @@ class TrainerConfig:
     export: bool = True  # at the end, write <run_dir>/export/ in the format diffusers / peft load
     ema_decay: float = 0.0  # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
     export_ema: bool = False  # export the EMA weights instead of the trained ones (needs ema_decay > 0)
+    ema_warmup: bool = False  # ramp the decay in: min((1 + s) / (10 + s), ema_decay) at the s-th update, as
+    # flow_grpo/ema.py (DiffusionNFT's EMA; launcher/train/ema.py)
 
 
 class LRSchedule(StrEnum):
