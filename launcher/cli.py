@@ -30,6 +30,7 @@ def _run_info(cfg: DictConfig):
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
+    from launcher.tracking.run_names import readable_name
     from launcher.train.trainer import RunInfo
 
     hc = HydraConfig.get()
@@ -37,9 +38,7 @@ def _run_info(cfg: DictConfig):
     overrides = [o for o in task if not o.startswith(("hydra.", "logger."))]
     multirun = hc.mode == RunMode.MULTIRUN
     group = f"sweep-{Path(hc.sweep.dir).name}" if multirun else None
-    name = ",".join(overrides) if overrides else None
-    if multirun:
-        name = f"{hc.job.num}:{name or 'defaults'}"
+    name = readable_name(overrides)  # "jagg seed=0 lr=0.0003" (launcher/tracking/run_names.py)
     return RunInfo(
         run_dir=Path(hc.runtime.output_dir),
         run_name=name,

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
+from launcher.protocol_config import ProtocolConfig
 from launcher.train.eval_config import EvalConfig
 from launcher.train.trainer_config import OptimizerConfig, TrainerConfig
 
@@ -39,6 +40,7 @@ class TrainConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     task_name: str = "train"
     output_root: str = "outputs"
 

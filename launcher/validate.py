@@ -136,9 +136,24 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
         f"must be a finite number > 0 (got {cfg.optimizer.lr}). Fix: e.g. optimizer.lr=1e-5",
     )
     errors.require(
+        math.isfinite(cfg.optimizer.lr_scale) and cfg.optimizer.lr_scale > 0,
+        "optimizer.lr_scale",
+        f"must be a finite number > 0 (got {cfg.optimizer.lr_scale}); the rate used is optimizer.lr x "
+        f"optimizer.lr_scale. Fix: e.g. optimizer.lr_scale=1",
+    )
+    errors.require(
         t.log_every >= 0, "trainer.log_every", f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line"
     )
     check_optimizer(cfg.optimizer, errors)
+    for key in ("target", "margin"):
+        value = getattr(cfg.protocol, key)
+        errors.require(
+            value is None or math.isfinite(value),
+            f"protocol.{key}",
+            f"must be a finite number or null (got {value})",
+        )
+    margin = cfg.protocol.margin
+    errors.require(margin is None or not margin < 0, "protocol.margin", f"must be >= 0 (got {margin})")
     lr_schedule.check(cfg, errors)
     ParameterEMA.check(cfg, errors)
     with errors.collect():

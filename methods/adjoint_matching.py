@@ -9,13 +9,14 @@ One iteration, per sample (B = prompts_per_step x group_size):
 2. ``score``: the denoised last state ``X_hat_1 = X_{K-1} + h v_pre(X_{K-1})`` (``denoise_last_step``; else ``X_K``) is
    decoded with gradients; the reward and ``grad r`` there.
 3. ``prepare_update``: the lean adjoint ODE ``a_K = -lambda grad r``, integrated backward with K VJPs of the frozen
-   base's memoryless drift (:class:`methods.lean_adjoint.LeanAdjointSolver`); keeps ``a_k`` and ``v_pre(X_k)`` (a
-   by-product of the VJP forward) at the loss timesteps.
+   base's memoryless drift at ``X_K..X_1`` (each step from the point it starts at, as AM does:
+   :class:`methods.lean_adjoint.LeanAdjointSolver`); keeps ``a_k`` and ``v_pre(X_k)`` (a by-product of the VJP
+   forward) at the loss timesteps, and ``v_pre(X_0)`` from one more forward (no VJP runs at ``X_0``).
 4. ``backward``: ``|| (2 / sigma_k) (v_theta(X_k) - v_pre(X_k)) + sigma_k a_k ||^2``, averaged over the sample's loss
    timesteps, clipped per sample at ``loss_clip * lambda^2``.
 
-Transformer passes per sample: K + 1 forwards (rollout, denoising), K VJPs (forward + backward of the frozen model),
-``|S|`` forward + backward of the fine-tuned model for the loss.
+Transformer passes per sample: K + 2 forwards (rollout, denoising, ``v_pre(X_0)``), K VJPs (forward + backward of the
+frozen model), ``|S|`` forward + backward of the fine-tuned model for the loss.
 """
 
 from __future__ import annotations
@@ -89,9 +90,11 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
     @classmethod
     def passes_per_sample(cls, cfg: AdjointMatchingConfig) -> tuple[int, int]:
         """K rollout forwards, the denoising forward (``denoise_last_step``), K VJPs of the frozen base (forward +
-        backward) and a forward + backward per loss step."""
+        backward) at ``X_K..X_1``, the base velocity at ``X_0`` (every sample, whether or not step 0 is among its loss
+        steps: a count that does not depend on the draw, for under 1 % of the step's passes at K = 40) and a forward +
+        backward per loss step."""
         k, loss = int(cfg.sampling_steps), sum(cls.loss_step_counts(cfg))
-        return k + int(cfg.denoise_last_step) + k + loss, k + loss
+        return k + int(cfg.denoise_last_step) + k + 1 + loss, k + loss
 
     def loss_steps(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """(n, T) grid indices per sample (:meth:`loss_step_counts`), the random ones distinct, in grid order."""
@@ -169,6 +172,12 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
 
         a_terminal = -self.reward_scale * rollout.extras["reward_grad"]
         a0 = self.solver.solve(vjp, self.ts, a_terminal, keep=keep)
+        # the solver's VJPs stop at X_1 (lean_adjoint.py), so step 0's base velocity takes its own forward
+        x0 = traj.state(0).to(steps.device)
+        v0 = self.pretrained_velocity_batched(x0, self.ts[0].expand(b), rollout.embeds)
+        rows, cols = (steps == 0).nonzero(as_tuple=True)
+        if rows.numel():
+            v_pre[rows, cols] = v0[rows].to(v_pre.dtype)
         rollout.extras.update(adjoint=adj, v_pre=v_pre)
         self._step_metrics["soc/adjoint_norm_t0"] = float(a0.flatten(1).norm(dim=1).mean())
         return {}

@@ -24,6 +24,8 @@ class FlowGRPOConfig(GRPOConfig):
     init_same_noise: bool = False
     decode: Decode = Decode.final
     advantage: Advantage = Advantage.prompt
+    global_std: bool = True  # prompt mode's std over all the step's rewards: upstream's config/base.py sets
+    # `sample.global_std = True` (@54809b5) and no SD3.5 config of config/grpo.py, Fast included, turns it off
     kl_beta: float = 0.04  # the GenEval / OCR value; 0.01 PickScore, 0 for Flux
     timestep_fraction: float = 0.99  # trains steps 0 .. floor(0.99 N) - 1 in order (the last step is excluded)
 

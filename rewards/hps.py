@@ -11,6 +11,7 @@ OpenAI CLIP mean/std (:mod:`rewards.preprocess`). The tokenizer is open_clip's b
 
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,29 @@ def register_arch(arch: str) -> str:
         open_clip.add_model_config(path)
         return path.stem
     return arch
+
+
+#: the keys every open_clip model config has (open_clip/model_configs/*.json), read by ``create_model``
+ARCH_KEYS = ("embed_dim", "vision_cfg", "text_cfg")
+
+
+def arch_config_problem(path: Path) -> str | None:
+    """Why the open_clip model-config file ``path`` cannot be used (None when it can): read at validation, so a
+    typo in the JSON is a message naming ``reward.arch`` rather than a traceback from open_clip."""
+    if not path.is_file():
+        return "no such open_clip model config" if not path.exists() else "is not a file"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except UnicodeDecodeError:
+        return "is not UTF-8 text"
+    except json.JSONDecodeError as e:
+        return f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
+    if not isinstance(config, dict):
+        return "holds no JSON object"
+    missing = [k for k in ARCH_KEYS if k not in config]
+    return f"is no open_clip model config: it lacks {', '.join(missing)}" if missing else None
 
 
 class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
@@ -77,10 +101,12 @@ class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
         with errors.collect():
             require_files(f"{key}.path", cfg.reward.path, [cfg.reward.filename], allow_file=True)
         if arch.endswith(".json"):
+            problem = arch_config_problem(Path(arch).expanduser())
             errors.require(
-                Path(arch).expanduser().is_file(),
+                problem is None,
                 "reward.arch",
-                f"{arch!r}: no such open_clip model config. Fix: {key}.arch=ViT-H-14",
+                f"{arch!r}: {problem}. Fix: {key}.arch=ViT-H-14 (HPSv2.1), or a path to an open_clip model-config "
+                f".json (an object with {', '.join(ARCH_KEYS)}, as open_clip's model_configs/*.json)",
             )
         else:
             import open_clip

@@ -8,7 +8,9 @@ read from the local Hugging Face cache and, when the hub is reachable, downloade
 
 from __future__ import annotations
 
+import json
 import os
+import zipfile
 from pathlib import Path
 from typing import Sequence
 
@@ -65,27 +67,79 @@ def require_files(key: str, source: str, files: FileSpec, allow_file: bool = Fal
             )
         if p.is_file():
             if allow_file:
-                return  # the weights file given directly
+                check_format(key, p)  # the weights file given directly
+                return
             raise ConfigError(f"{key}={source!r} is a file; it must be a folder holding {_describe(files)}")
         for spec in files:
             alts = _alternatives(spec)
-            if not any((p / a).exists() for a in alts):
+            found = [p / a for a in alts if (p / a).exists()]
+            if not found:
                 raise ConfigError(
                     f"{key}={source!r}: the folder has no {' or '.join(alts)}. Fix: point {key} at "
                     f"a folder holding {_describe(files)}"
                 )
+            check_format(key, found[0])
         return
     if not hub_offline():
         return  # downloaded (or read from the cache) when the reward is built
     from huggingface_hub import try_to_load_from_cache
 
     for spec in files:
-        alts = _alternatives(spec)
-        if not any(isinstance(try_to_load_from_cache(source, a), str) for a in alts):
+        cached = [c for c in (try_to_load_from_cache(source, a) for a in _alternatives(spec)) if isinstance(c, str)]
+        if not cached:
             raise ConfigError(
-                f"{key}={source!r}: {alts[0]} is not in the local Hugging Face cache and the hub is "
+                f"{key}={source!r}: {_alternatives(spec)[0]} is not in the local Hugging Face cache and the hub is "
                 f"offline (HF_HUB_OFFLINE=1). {_download_hint(key, source, files)}"
             )
+        check_format(key, Path(cached[0]))
+
+
+def check_format(key: str, path: Path) -> None:
+    """Raise :class:`ConfigError` when the weights file ``path`` is not what its name says, reading only its header
+    (a safetensors header, the zip directory ``torch.save`` writes, a JSON index): a truncated download, a text file
+    or another format renamed is found at validation, not as a traceback from the loader after the model is built."""
+    problem = format_problem(path)
+    if problem:
+        raise ConfigError(
+            f"{key}: {str(path)!r} {problem}. Fix: download the file again (a cut download has this look), or point "
+            f"{key} at the reward's real weights ({', '.join(SAFETENSORS + TORCH_PICKLES)})"
+        )
+
+
+#: the weight formats a reward loads: safetensors, and the zip archive (or legacy pickle) of ``torch.save``
+SAFETENSORS = (".safetensors",)
+TORCH_PICKLES = (".pt", ".pth", ".bin", ".ckpt")
+
+
+def format_problem(path: Path) -> str | None:
+    """What is wrong with the weights file ``path`` for its suffix (None when its header reads as that format; files
+    of other suffixes, such as configs, are not weights and pass)."""
+    suffix = path.suffix.lower()
+    try:
+        if suffix in SAFETENSORS:
+            from safetensors import safe_open
+
+            try:
+                with safe_open(str(path), framework="pt"):
+                    return None  # the header parsed: tensor names, dtypes and offsets that fit the file
+            except Exception as e:  # safetensors raises SafetensorError (and OSError) for a bad header
+                return f"is not a safetensors file ({str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        if suffix in TORCH_PICKLES:
+            if zipfile.is_zipfile(path):
+                return None  # torch.save's archive (weights_only loading then refuses anything but tensors)
+            with path.open("rb") as f:
+                head = f.read(2)
+            # torch.save's legacy format is a pickle, which starts with the PROTO opcode 0x80 and a protocol <= 5
+            if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+                return None
+            return "is neither a torch.save archive (zip) nor a pickle, so it holds no torch weights"
+        if path.name.endswith(".index.json"):
+            json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    except (ValueError, KeyError, TypeError):
+        return "is not a sharded-weights index (JSON with a 'weight_map')"
+    return None
 
 
 def fetch_file(source: str, filename: str) -> Path:

@@ -103,6 +103,23 @@ def test_a_nan_reward_weight_is_rejected_before_training(tiny_rewards, tmp_path)
     assert_reported(proc, "reward.weights.hps", "finite")
 
 
+def test_broken_reward_files_are_messages_on_the_command_line(tiny_rewards, tmp_path):
+    """An unparsable open_clip config and a cut weights download: exit 2, both keys named, before any model."""
+    arch, weights = tmp_path / "arch.json", tmp_path / "model"
+    arch.write_text('{"embed_dim": 32,, "vision_cfg": {}}')
+    shutil.copytree(tiny_rewards / "pickscore" / "model", weights)
+    (weights / "model.safetensors").write_bytes(b"<html>rate limited</html>")
+    proc = cli(
+        "reward=multi",
+        *tiny_reward_overrides(tiny_rewards, "multi"),
+        f"reward.components.hps.arch={arch}",
+        f"reward.components.pickscore.path={weights}",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert_reported(proc, "reward.components.hps.arch", "not valid JSON", "reward.components.pickscore.path")
+    assert "not a safetensors file" in proc.stderr
+
+
 def test_cfg_hydra_resolve_with_cluster_slurm_prints_the_resolved_folders(tmp_path):
     proc = cli("--cfg", "hydra", "--resolve", "cluster=slurm", f"output_root={tmp_path}", "cluster.nodes=3")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]

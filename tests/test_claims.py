@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 STUDIES = ("flash", "jagg", "eam")
-VERDICTS = ("reproduced", "not reproduced", "inconclusive at this scale")
+VERDICTS = ("reproduced", "not shown", "inconclusive", "refuted")
 
 
 @pytest.fixture(scope="module")
@@ -123,11 +123,11 @@ def _study_helpers():
 
 @pytest.mark.parametrize(
     ("nearest_offset", "verdict"),
-    [(-0.01, "reproduced"), (0.01, "not reproduced"), (0.0, "inconclusive at this scale")],
+    [(-0.01, "reproduced"), (0.01, "refuted"), (0.0, "not shown")],
 )
 def test_the_interpolation_share_is_judged_against_nearest_endpoint(nearest_offset, verdict):
     """JAGG above nearest-endpoint on every seed reproduces the claim's second half, below refutes it, level (the
-    per-seed differences straddling 0) leaves it open; with fewer than 5 seeds there is no verdict."""
+    per-seed differences straddling 0) does not show it; with fewer than 5 seeds there is no verdict."""
     estimate, _, interpolation_verdict = _study_helpers()
     jagg = [0.70, 0.72, 0.71, 0.73, 0.69]
     noise = [0.001, -0.001, 0.002, -0.002, 0.0] if nearest_offset == 0 else [0.0] * 5
@@ -136,7 +136,7 @@ def test_the_interpolation_share_is_judged_against_nearest_endpoint(nearest_offs
     got, _, diff = interpolation_verdict({"seeds": list(range(5))}, stats)
     assert got == verdict and diff is not None and diff.n == 5
     few, _, none = interpolation_verdict({"seeds": [0, 1]}, stats)
-    assert few == "inconclusive at this scale" and none is None
+    assert few == "inconclusive" and none is None
 
 
 def test_a_study_page_reproduces_with_the_seeds_it_ran():

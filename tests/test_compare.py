@@ -38,7 +38,8 @@ def make_run(
 ):
     """A run whose reward/mean = base + slope * step and whose steps take ``step_s`` seconds each (a number, or one
     per run step). With ``eval_every`` it also has held-out evaluations at steps 0, eval_every, ... and the last:
-    eval/color/mean = eval_base + eval_slope * step, eval/pickscore/mean (another reward), time/eval_s."""
+    eval/color/mean = eval_base + eval_slope * step, eval/pickscore/mean (another reward), time/eval_s and the
+    evaluation's own compute axes."""
     times = [step_s] * steps if isinstance(step_s, (int, float)) else list(step_s)
     rows, wall = [], 0.0
     for i in range(steps):
@@ -65,6 +66,9 @@ def make_run(
                     "eval/pickscore/mean": 0.2 + 0.001 * i,
                     "eval/pickscore/std": 0.01,
                     "time/eval_s": 7.0,
+                    # the model after i steps: the compute before step i (docs/evaluation.md#what-a-run-logs)
+                    "eval/wallclock_s": wall - times[i],
+                    "eval/gpu_hours": gpus * (wall - times[i]) / 3600,
                 }
             )
     config = {
@@ -98,7 +102,7 @@ def write_sweep(root, runs):
         (job / ".hydra").mkdir(parents=True)
         lines = []
         for row in run.rows:
-            axes = {k: row[k] for k in ("step", "time/wallclock_s", "time/gpu_hours")}
+            axes = {"step": row["step"]}  # an evaluation's compute is on its eval/* keys
             held_out = {k: v for k, v in row.items() if k.startswith("eval/") or k == "time/eval_s"}
             lines.append({k: v for k, v in row.items() if k not in held_out})
             if held_out:
@@ -205,48 +209,49 @@ def test_target_reach_per_seed_and_the_tests_against_the_baseline():
     fast_reach = [(0.19 - o) / 0.02 + 1 for o in offsets]
     assert g["dance_grpo"].reach.values == pytest.approx(base_reach)
     assert g["fast"].reach.values == pytest.approx(fast_reach)
-    # the t interval of each mean (3 seeds: t_{0.975, 2} = 4.3027), computed here from the values
+    # compute is positive: the t interval of the logs (3 seeds: t_{0.975, 2} = 4.3027), around the geometric mean
     for r, values in ((g["dance_grpo"], base_reach), (g["fast"], fast_reach)):
-        half = stats.t_quantile(0.975, 2) * np.std(values, ddof=1) / math.sqrt(3)
-        assert (r.reach.lo, r.reach.hi) == pytest.approx((np.mean(values) - half, np.mean(values) + half))
-    assert g["fast"].speedup == pytest.approx(np.mean(base_reach) / np.mean(fast_reach))
-    assert (g["fast"].speedup_lo, g["fast"].speedup_hi) == pytest.approx(
-        (g["dance_grpo"].reach.lo / g["fast"].reach.hi, g["dance_grpo"].reach.hi / g["fast"].reach.lo)
+        logs = np.log(values)
+        half = stats.t_quantile(0.975, 2) * np.std(logs, ddof=1) / math.sqrt(3)
+        assert (r.reach.mean, r.reach.lo, r.reach.hi) == pytest.approx(
+            (math.exp(logs.mean()), math.exp(logs.mean() - half), math.exp(logs.mean() + half))
+        )
+    # the speedup is paired by seed: the geometric mean of the per-seed ratios, its interval that of the log-ratios
+    ratios = np.log(np.array(base_reach) / np.array(fast_reach))
+    half = stats.t_quantile(0.975, 2) * np.std(ratios, ddof=1) / math.sqrt(3)
+    assert (g["fast"].speedup, g["fast"].speedup_lo, g["fast"].speedup_hi) == pytest.approx(
+        (math.exp(ratios.mean()), math.exp(ratios.mean() - half), math.exp(ratios.mean() + half))
     )
-    # fast: final rewards 0.88-0.90 against 0.69-0.71, intervals far apart: significant. "same" is 0.001 higher
-    # with the same spread: its intervals overlap the baseline's.
+    # fast: final rewards 0.88-0.90 against 0.69-0.71: significant. "same" is 0.001 higher on every seed: the
+    # seeds spread 0.01 and the unpaired intervals overlap, but the paired test sees the shift on every seed
     assert g["fast"].verdicts["final"] == stats.SIGNIFICANT
-    assert g["same"].verdicts == {
-        "final": stats.NOT_SIGNIFICANT,
-        "at_budget": stats.NOT_SIGNIFICANT,
-        "reach": stats.NOT_SIGNIFICANT,
-    }
-    # fast's reach interval [~7.6, ~11.4] s does not overlap the baseline's [~16.5, ~21.5] s
+    assert g["same"].verdicts["final"] == stats.SIGNIFICANT
+    assert g["same"].differences["final"].mean == pytest.approx(0.001)
     assert g["fast"].verdicts["reach"] == stats.SIGNIFICANT and g["fast"].speedup_lo > 1
-    assert g["same"].speedup_lo < 1 < g["same"].speedup_hi
     # an explicit target
     c = _compare(runs, axis="wallclock_s", smooth=1, target=0.6)
     assert {r.label: r for r in c.groups}["dance_grpo"].reach.values == pytest.approx([11.0, 10.0, 9.0])
 
 
 def test_compute_to_reach_is_never_negative():
-    # fast's seeds reach 0.69 at 1, 1 and 20 s: the t-interval of the mean (7.33 +- 4.30 * 10.97 / sqrt 3) reaches
-    # below 0 s; it is cut at 0, and the speedup's upper end is then unbounded
+    # fast's seeds reach 0.69 at 1, 1 and 20 s: the plain t interval of the mean (7.33 +- 4.30 * 10.97 / sqrt 3)
+    # reaches below 0 s; on the log scale it stays above 0, and the speedup has a finite interval
     runs = [make_run("dance_grpo", s, steps=20) for s in range(3)]
     runs += [make_run("fast", s, steps=20, base=b) for s, b in enumerate((0.7, 0.7, 0.5))]
     c = _compare(runs, axis="wallclock_s", smooth=1)
     fast = {r.label: r for r in c.groups}["fast"]
     assert fast.reach.values == pytest.approx([1.0, 1.0, 20.0])
     assert fast.reach.mean - stats.t_quantile(0.975, 2) * np.std([1, 1, 20], ddof=1) / math.sqrt(3) < 0
-    assert fast.reach.lo == 0.0 and fast.speedup_hi == math.inf and fast.verdicts["reach"] == "not significant"
+    assert 0 < fast.reach.lo < fast.reach.mean < fast.reach.hi < math.inf
+    assert 0 < fast.speedup_lo < 1 < fast.speedup_hi < math.inf and fast.verdicts["reach"] == "not significant"
 
 
 def test_per_step_costs_leave_out_warmup():
     run = make_run(steps=4, step_s=1.0)
     run.rows[0]["time/step_s"] = 9.0  # a slow first step (lazy init)
-    costs = aggregate.per_step_costs([run], warmup=1, confidence=0.95, interval="auto")
+    costs = aggregate.per_step_costs([run], warmup=1, confidence=0.95)
     assert costs["time/step_s"].mean == pytest.approx(1.0)
-    assert aggregate.per_step_costs([run], 0, 0.95, "auto")["time/step_s"].mean == pytest.approx(3.0)
+    assert aggregate.per_step_costs([run], 0, 0.95)["time/step_s"].mean == pytest.approx(3.0)
     assert costs["count/transformer_fwd"].mean == 36 and costs["count/transformer_bwd"].mean == 12
 
 
@@ -347,10 +352,11 @@ def test_held_out_metric_is_compared_when_the_runs_have_it(tmp_path, capsys):
     for label, run_list in (("dance_grpo", runs[:3]), ("fast", runs[3:])):
         assert g[label]["points"] == [5, 5, 5] and g[label]["steps"] == [21, 21, 21]
         assert g[label]["final"]["values"] == pytest.approx([r.rows[20]["eval/color/mean"] for r in run_list])
-    assert g["fast"]["verdicts"]["final"] == "not significant"  # 0.001 apart, seeds 0.01 apart
+    # 0.001 apart on every seed, seeds 0.01 apart: paired by seed, the shift is significant
+    assert g["fast"]["verdicts"]["final"] == "significant"
     md = (folder / "compare" / "comparison.md").read_text()
     assert "| group | seeds | steps | evaluations | final eval/color/mean (last evaluation), 95% interval |" in md
-    assert "| fast | 3 | 21 | 5 | 0.7110 [" in md and "], not significant |" in md
+    assert "| fast | 3 | 21 | 5 | 0.7110 [" in md and "], higher, significant |" in md
     # the same folders on the training reward: fast is then significantly better, and the report says which ruler
     assert main([str(folder), "--axis", "step", "--metric", "reward/mean", "--out", str(tmp_path / "train")]) == 0
     data = json.loads((tmp_path / "train" / "comparison.json").read_text())
@@ -424,7 +430,7 @@ def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speed
     jagg = {g["label"]: g for g in data["groups"]}["jagg"]
     assert jagg["speedup"] == pytest.approx(5.0 / 2.0)  # dance reaches its final at 5 s, jagg at 2 s
     assert jagg["speedup_interval"] == [None, None] and jagg["verdicts"]["reach"] == "untested"
-    assert "| 2.50× (no interval: 1 seed), untested |" in md
+    assert "| 2.50× (no interval: 1 paired seed), untested |" in md
     messages = " ".join(w["message"] for w in data["warnings"])
     assert "dance_grpo, flash_grpo, jagg have 1 seed" in messages
     assert "fewer than --min-points 5 logged steps" in messages
@@ -432,7 +438,10 @@ def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speed
     # the same sweep evaluated (steps 0 and 1): the column names the evaluation, the warning counts evaluations
     for r in runs:
         for row in r.rows:
+            before = row["time/wallclock_s"] - row["time/step_s"]  # an evaluation's compute: the steps before it
+            per_s = row["time/gpu_hours"] / row["time/wallclock_s"]
             row.update({"eval/color/mean": row["reward/mean"] + 0.1, "time/eval_s": 5.0})
+            row.update({"eval/wallclock_s": before, "eval/gpu_hours": before * per_s})
     folder = write_sweep(tmp_path / "evaluated", runs)
     assert main([str(folder)]) == 0
     data = json.loads((folder / "compare" / "comparison.json").read_text())
@@ -601,13 +610,13 @@ def test_report_builder_with_the_report_api():
     assert runset.groupby == ["config.method.name"]
     # every held-out metric (the compared one first) and the training reward, each against the three axes
     curves = [(p.y, p.x) for p in grid.panels if p.y and p.y[0].endswith("/mean")]
+    evaluation_axes = ("step", "eval/wallclock_s", "eval/gpu_hours")  # an evaluation's own compute
     assert curves == [
-        ([key], x)
-        for key in ("eval/color/mean", "eval/pickscore/mean", "reward/mean")
-        for x in ("step", "time/wallclock_s", "time/gpu_hours")
+        *(([key], x) for key in ("eval/color/mean", "eval/pickscore/mean") for x in evaluation_axes),
+        *((["reward/mean"], x) for x in ("step", "time/wallclock_s", "time/gpu_hours")),
     ]
     titles = [p.title for p in grid.panels]
-    assert "eval/pickscore/mean (held-out) vs time/gpu_hours" in titles
+    assert "eval/pickscore/mean (held-out) vs eval/gpu_hours" in titles
     assert "reward/mean (training reward) vs step" in titles
     assert any(p.y == ["time/eval_s"] for p in grid.panels)
     # the curves' band is the interval of the mean: W&B's nearest is the standard error

@@ -1,7 +1,7 @@
 """The interval statistics of rewardflow-compare (launcher/compare/stats.py), in float64, against references computed
 here independently: Student's t quantiles from closed forms and from numerically integrating the t density, the
-t-interval from its formula, the coverage of the intervals by simulation, the bootstrap against the normal
-approximation of the bootstrap distribution of a mean, and the overlap test."""
+t-interval from its formula, the coverage of the intervals by simulation, the log-scale interval of positive
+quantities, the paired test by seed, and Holm's correction against a hand-worked example."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_t_quantile_closed_forms_and_the_normal_limit():
 
 def test_t_interval_is_mean_plus_minus_t_times_the_standard_error():
     values = [0.71, 0.74, 0.69, 0.80]
-    e = stats.estimate(values, 0.95, "auto")
+    e = stats.estimate(values, 0.95)
     v = np.array(values)
     half = stats.t_quantile(0.975, 3) * v.std(ddof=1) / math.sqrt(len(v))
     assert e.method == "t" and e.n == 4
@@ -56,13 +56,21 @@ def test_t_interval_is_mean_plus_minus_t_times_the_standard_error():
         (v.mean(), v.mean() - half, v.mean() + half, v.std(ddof=1)), rel=1e-14
     )
     # 90%: a narrower interval, with the 0.95 quantile
-    e90 = stats.estimate(values, 0.90, "t")
+    e90 = stats.estimate(values, 0.90)
     assert e90.hi - e90.mean == pytest.approx(stats.t_quantile(0.95, 3) * v.std(ddof=1) / 2, rel=1e-14)
     # NaN values (a seed without the figure) are left out; one value has no interval
     assert stats.estimate([0.5, math.nan, 0.7]).n == 2
     one = stats.estimate([0.5])
     assert (one.mean, one.method, one.has_interval) == (0.5, "none", False) and math.isnan(one.lo)
     assert stats.estimate([]).n == 0
+
+
+def test_t_everywhere_even_with_many_seeds():
+    """No silent switch to a bootstrap at 10 seeds or more (issue 25): 40 seeds get the t interval too."""
+    values = np.random.default_rng(2).normal(0.8, 0.05, size=40)
+    e = stats.estimate(values)
+    half = stats.t_quantile(0.975, 39) * values.std(ddof=1) / math.sqrt(40)
+    assert e.method == "t" and (e.lo, e.hi) == pytest.approx((values.mean() - half, values.mean() + half), rel=1e-12)
 
 
 @pytest.mark.parametrize("n", [2, 3, 5])
@@ -72,59 +80,70 @@ def test_t_interval_covers_the_true_mean_95_percent_of_the_time(n):
     samples = rng.normal(loc=0.8, scale=0.05, size=(trials, n))
     covered = 0
     for row in samples:
-        e = stats.estimate(row, 0.95, "t")
+        e = stats.estimate(row, 0.95)
         covered += e.lo <= 0.8 <= e.hi
     se = math.sqrt(0.95 * 0.05 / trials)  # 0.0015
     assert abs(covered / trials - 0.95) < 4 * se
 
 
-def test_bootstrap_from_ten_seeds_on_and_its_width():
-    assert stats.interval_method(9, "auto") == "t" and stats.interval_method(10, "auto") == "bootstrap"
-    assert stats.interval_method(3, "bootstrap") == "bootstrap" and stats.interval_method(30, "t") == "t"
-    assert stats.interval_method(1, "bootstrap") == "none"
-    values = np.random.default_rng(2).normal(0.8, 0.05, size=40)
-    e = stats.estimate(values, 0.95, "auto")
-    assert e.method == "bootstrap" and e.mean == pytest.approx(values.mean())
-    # the bootstrap distribution of a mean of n values has standard deviation std(ddof=0) / sqrt(n) and, for 40
-    # values, is close to normal: the percentile interval is about mean +- z_0.975 of that
-    half = NormalDist().inv_cdf(0.975) * values.std(ddof=0) / math.sqrt(len(values))
-    assert (e.hi - e.lo) / 2 == pytest.approx(half, rel=0.05)
-    assert e.lo < values.mean() < e.hi
-    # reproducible: the same values give the same interval
-    assert stats.estimate(values) == e
+def test_positive_quantity_interval_is_on_the_log_scale_and_never_negative():
+    # the issue's case: total wall-clock over 2 seeds, 33 s and 520 s, gave [-1095, 1648] with the plain t interval
+    plain = stats.estimate([33.0, 520.0])
+    assert plain.lo < 0
+    e = stats.estimate([33.0, 520.0], positive=True)
+    logs = np.log([33.0, 520.0])
+    half = stats.t_quantile(0.975, 1) * logs.std(ddof=1) / math.sqrt(2)
+    assert e.method == "log-t" and e.mean == pytest.approx(math.sqrt(33.0 * 520.0), rel=1e-12)
+    assert (e.lo, e.hi) == pytest.approx((math.exp(logs.mean() - half), math.exp(logs.mean() + half)), rel=1e-12)
+    rng = np.random.default_rng(5)
+    for _ in range(500):  # wildly spread positive values, few seeds: the lower end stays above 0
+        v = rng.lognormal(0.0, 3.0, size=int(rng.integers(2, 6)))
+        assert stats.estimate(v, positive=True).lo > 0
+    with pytest.raises(ValueError, match="positive quantity"):
+        stats.estimate([1.0, 0.0], positive=True)
 
 
 def test_curve_interval_is_the_pointwise_estimate():
     ys = np.random.default_rng(3).normal(0.7, 0.03, size=(12, 5))  # 12 seeds x 5 points
-    for interval, rows in (("t", ys[:4]), ("bootstrap", ys)):
-        lo, hi = stats.curve_interval(rows, 0.95, interval)
-        for j in range(rows.shape[1]):
-            e = stats.estimate(rows[:, j], 0.95, interval)
-            assert (lo[j], hi[j]) == pytest.approx((e.lo, e.hi), rel=1e-12)
-    lo, hi = stats.curve_interval(ys[:1], 0.95, "auto")  # one seed: the curve itself
+    lo, hi = stats.curve_interval(ys, 0.95)
+    for j in range(ys.shape[1]):
+        e = stats.estimate(ys[:, j], 0.95)
+        assert (lo[j], hi[j]) == pytest.approx((e.lo, e.hi), rel=1e-12)
+    lo, hi = stats.curve_interval(ys[:1], 0.95)  # one seed: the curve itself
     assert lo.tolist() == hi.tolist() == ys[0].tolist()
 
 
-def _e(lo, hi, n=3):
-    return stats.Estimate((lo + hi) / 2, lo, hi, n, "t", 0.1)
+def test_paired_difference_is_the_t_test_of_per_seed_differences():
+    a = {0: 0.80, 1: 0.75, 2: 0.90, 3: 0.70}
+    b = {0: 0.78, 1: 0.72, 2: 0.87, 3: 0.69, 9: 0.1}  # seed 9 has no partner: left out
+    e = stats.paired(a, b)
+    d = np.array([0.02, 0.03, 0.03, 0.01])
+    t = d.mean() / (d.std(ddof=1) / 2)
+    # two-sided p of t with 3 df, by integrating the density here (independent of scipy)
+    p = 2 * (1 - _t_cdf_numeric(t, 3))
+    assert e.n == 4 and e.mean == pytest.approx(d.mean()) and e.p == pytest.approx(p, rel=1e-6)
+    # the unpaired intervals overlap, the paired test sees the consistent difference
+    assert stats.estimate(a.values()).lo < stats.estimate(list(b.values())[:4]).hi and e.lo > 0
+    r = stats.paired({0: 2.0, 1: 4.0}, {0: 1.0, 1: 1.0}, ratio=True)  # per-seed ratios 2 and 4
+    assert r.method == "log-t" and r.mean == pytest.approx(math.sqrt(8.0)) and r.lo > 0
+    assert stats.paired({0: 1.0}, {0: 2.0}).method == "none"
 
 
-def test_verdict_is_the_overlap_of_the_intervals():
-    assert stats.verdict(_e(1.0, 2.0), _e(2.5, 3.0)) == stats.SIGNIFICANT
-    assert stats.verdict(_e(2.5, 3.0), _e(1.0, 2.0)) == stats.SIGNIFICANT
-    assert stats.verdict(_e(1.0, 2.0), _e(2.0, 3.0)) == stats.NOT_SIGNIFICANT  # touching counts as overlap
-    assert stats.verdict(_e(1.0, 3.0), _e(1.5, 2.0)) == stats.NOT_SIGNIFICANT  # one inside the other
-    assert stats.verdict(stats.estimate([1.0]), _e(2.5, 3.0)) == stats.UNTESTED
+def test_holm_against_a_hand_worked_example():
+    # p = 0.01, 0.04, 0.03, 0.20 (m = 4): sorted 0.01, 0.03, 0.04, 0.20 times 4, 3, 2, 1 = 0.04, 0.09, 0.08, 0.20;
+    # made non-decreasing: 0.04, 0.09, 0.09, 0.20; back in the given order:
+    assert stats.holm([0.01, 0.04, 0.03, 0.20]) == pytest.approx([0.04, 0.09, 0.09, 0.20])
+    adjusted = stats.holm([0.5, math.nan, 0.02])  # an untested method does not count: m = 2
+    assert adjusted[0] == pytest.approx(0.5) and math.isnan(adjusted[1]) and adjusted[2] == pytest.approx(0.04)
+    assert stats.holm([0.6, 0.7]) == pytest.approx([1.0, 1.0])  # cut at 1
+    assert [stats.verdict(p) for p in (0.04, 0.09, math.nan)] == [
+        stats.SIGNIFICANT,
+        stats.NOT_SIGNIFICANT,
+        stats.UNTESTED,
+    ]
 
 
-def test_speedup_interval_excludes_one_exactly_when_the_reach_intervals_do_not_overlap():
-    rng = np.random.default_rng(4)
-    for _ in range(2000):
-        a, b = np.sort(rng.uniform(0.1, 3.0, 2)), np.sort(rng.uniform(0.1, 3.0, 2))
-        base, group = _e(*a), _e(*b)
-        lo, hi = stats.ratio_interval(base, group)
-        assert lo == pytest.approx(a[0] / b[1]) and hi == pytest.approx(a[1] / b[0])
-        assert (not lo <= 1 <= hi) == (stats.verdict(group, base) == stats.SIGNIFICANT)
-    lo, hi = stats.ratio_interval(_e(1.0, 2.0), _e(-0.5, 1.0))  # a t interval reaching below 0 compute
-    assert lo == pytest.approx(1.0) and hi == math.inf
-    assert all(math.isnan(x) for x in stats.ratio_interval(stats.estimate([1.0]), _e(1.0, 2.0)))
+def test_an_unbounded_ratio_is_not_an_estimate():
+    assert stats.bounded(stats.Estimate(1.5, 1.1, 2.0, 3, "log-t", 0.1))
+    assert not stats.bounded(stats.Estimate(5.78, 0.0, math.inf, 2, "log-t", 3.0))
+    assert not stats.bounded(None)

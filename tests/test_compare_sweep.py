@@ -90,11 +90,18 @@ def _with_interval(values):
     return m, m - half, m + half
 
 
+def _log_interval(values):
+    """(geometric mean, low, high) of two seeds' positive values: the 95% t-interval of the logs, exponentiated."""
+    m, lo, hi = _with_interval([math.log(v) for v in values])
+    return math.exp(m), math.exp(lo), math.exp(hi)
+
+
 def _expected(runs):
-    """Everything the outcome and cost tables show, recomputed from the rows (axis: GPU-hours)."""
+    """Everything the outcome and cost tables show, recomputed from the rows (axis: time/gpu_hours, which on this
+    CPU sweep is shown in device-seconds: ranks x wall-clock s)."""
 
     def gpu(rows):
-        return [row["time/gpu_hours"] for row in rows]
+        return [row["time/gpu_hours"] * 3600 for row in rows]
 
     budget = min(gpu(rows)[-1] for seeds in runs.values() for rows in seeds)
     exp = {}
@@ -105,14 +112,21 @@ def _expected(runs):
             "finals": finals,
             "final": _with_interval(finals),
             "at_budget": _with_interval(at_budget),
-            "s_per_step": statistics.mean(statistics.mean(r["time/step_s"] for r in rows[1:]) for rows in seeds),
+            # times are positive: the mean over seeds is the geometric mean (their interval is on the log scale)
+            "s_per_step": statistics.geometric_mean(
+                statistics.mean(r["time/step_s"] for r in rows[1:]) for rows in seeds
+            ),
             "phases": [
-                statistics.mean(statistics.mean(r[k] for r in rows[1:]) for rows in seeds)
+                statistics.geometric_mean(statistics.mean(r[k] for r in rows[1:]) for rows in seeds)
                 for k in ("time/rollout_s", "time/reward_s", "time/update_s")
             ],
-            "fwd": statistics.mean(statistics.mean(r["count/transformer_fwd"] for r in rows) for rows in seeds),
-            "bwd": statistics.mean(statistics.mean(r["count/transformer_bwd"] for r in rows) for rows in seeds),
-            "total": statistics.mean(gpu(rows)[-1] for rows in seeds),
+            "fwd": statistics.geometric_mean(
+                statistics.mean(r["count/transformer_fwd"] for r in rows) for rows in seeds
+            ),
+            "bwd": statistics.geometric_mean(
+                statistics.mean(r["count/transformer_bwd"] for r in rows) for rows in seeds
+            ),
+            "total": _log_interval([gpu(rows)[-1] for rows in seeds])[0],
         }
     # the target is the lowest final value among the baseline's seeds; each seed's GPU-hours to reach it is the
     # first crossing of its smoothed curve, linear between steps, and the group's is their mean when all got there
@@ -121,10 +135,9 @@ def _expected(runs):
         reach = [_first_reach(gpu(rows), _smoothed(rows), target) for rows in seeds]
         if None in reach:
             exp[method]["reach"] = None
-        else:  # compute is never negative: the interval is cut at 0
-            m, lo, hi = _with_interval(reach)
-            exp[method]["reach"] = (m, max(lo, 0.0), hi)
-    assert exp["dance_grpo"]["reach"][0] <= exp["dance_grpo"]["total"] * (1 + 1e-9)
+        else:  # compute is positive: its interval is on the log scale
+            exp[method]["reach"] = _log_interval(reach)
+            exp[method]["reach_values"] = reach
     return exp, budget, target
 
 
@@ -133,6 +146,11 @@ def _table_rows(md, heading):
     lines = [l for l in section.strip().splitlines() if l.startswith("|")]
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     return header, {cells[0]: cells for cells in ([c.strip() for c in l.strip("|").split("|")] for l in lines[2:])}
+
+
+def _cauchy_cdf(t):
+    """Student's t with 1 degree of freedom (two seeds' paired differences)."""
+    return 0.5 + math.atan(t) / math.pi
 
 
 def _nums(cell):
@@ -159,21 +177,20 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
         assert trio(g["final"]) == pytest.approx(e["final"])
         assert trio(g["at_budget"]) == pytest.approx(e["at_budget"])
         assert g["per_step"]["time/step_s"]["mean"] == pytest.approx(e["s_per_step"])
-        assert g["per_step"]["count/transformer_fwd"]["mean"] == e["fwd"]
+        assert g["per_step"]["count/transformer_fwd"]["mean"] == pytest.approx(e["fwd"])
         assert g["total"]["gpu_hours"]["mean"] == pytest.approx(e["total"])
         if e["reach"] is None:
             assert g["reach"] is None
         else:
             assert trio(g["reach"]) == pytest.approx(e["reach"], rel=1e-9)
-    fast, base = exp["flow_grpo_fast"]["reach"], exp["dance_grpo"]["reach"]
+    fast = exp["flow_grpo_fast"]["reach"]
     if fast is None:
         assert groups["flow_grpo_fast"]["speedup"] is None
     else:
-        assert groups["flow_grpo_fast"]["speedup"] == pytest.approx(base[0] / fast[0], rel=1e-9)
-        lo, hi = groups["flow_grpo_fast"]["speedup_interval"]
-        assert lo == pytest.approx(max(base[1], 0) / fast[2]) and (
-            hi == "inf" if fast[1] <= 0 else hi == pytest.approx(base[2] / fast[1])
-        )
+        # paired by seed: the per-seed ratios' geometric mean and log-scale interval
+        ratios = [b / f for b, f in zip(exp["dance_grpo"]["reach_values"], exp["flow_grpo_fast"]["reach_values"])]
+        assert groups["flow_grpo_fast"]["speedup"] == pytest.approx(_log_interval(ratios)[0], rel=1e-9)
+        assert groups["flow_grpo_fast"]["speedup_interval"] == pytest.approx(list(_log_interval(ratios)[1:]))
     # 2 seeds, 5 steps: the report says how thin that is
     kinds = [w["kind"] for w in data["warnings"]]
     assert kinds[:1] == ["training_reward"] and "few_points" not in kinds and "few_seeds" not in kinds
@@ -182,20 +199,17 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
     md = (out / "comparison.md").read_text()
     header, rows = _table_rows(md, "Outcome at equal compute")
     assert header[3] == f"final reward/mean (last {SMOOTH} steps), 95% interval"
-    assert header[4] == f"reward/mean at {budget:.4g} GPU-h"
-    assert header[5] == f"GPU-h to reach {target:.4f}" and header[6] == "speedup vs dance_grpo"
+    assert header[4] == f"reward/mean at {budget:.4g} device-s"  # CPU runs: never GPU-h
+    assert header[5] == f"device-s to reach {target:.4f}" and header[6] == "speedup vs dance_grpo"
     for method, e in exp.items():
         row = rows[method]
         assert row[1] == "2" and row[2] == str(STEPS)
         assert _nums(row[3]) == pytest.approx(e["final"], abs=6e-5)
         assert _nums(row[4]) == pytest.approx(e["at_budget"], abs=6e-5)
-        if method != "dance_grpo":
-            verdict = (
-                "not significant"
-                if e["final"][1] <= exp["dance_grpo"]["final"][2] and exp["dance_grpo"]["final"][1] <= e["final"][2]
-                else "significant"
-            )
-            assert row[3].endswith(verdict)
+        if method != "dance_grpo":  # one method against the baseline: Holm leaves the paired t test's p as it is
+            diffs = [a - b for a, b in zip(e["finals"], exp["dance_grpo"]["finals"])]
+            p = 2 * (1 - _cauchy_cdf(abs(statistics.mean(diffs)) / (statistics.stdev(diffs) / math.sqrt(2))))
+            assert row[3].endswith("not significant" if p >= 0.05 else "significant")
         if e["reach"] is None:
             assert row[5].startswith("not reached")
         else:
@@ -206,7 +220,7 @@ def test_compare_a_real_sweep_matches_the_metrics_files(sweep):
         row = rows[method]
         assert _nums(row[1])[0] == pytest.approx(e["s_per_step"], rel=1e-3)
         assert [_nums(c)[0] for c in row[2:5]] == pytest.approx(e["phases"], rel=1e-3, abs=1e-9)
-        assert (_nums(row[5])[0], _nums(row[6])[0]) == (e["fwd"], e["bwd"])
+        assert (_nums(row[5])[0], _nums(row[6])[0]) == pytest.approx((e["fwd"], e["bwd"]))
     assert exp["dance_grpo"]["bwd"] > exp["flow_grpo_fast"]["bwd"]  # DanceGRPO trains more transitions
 
     from PIL import Image

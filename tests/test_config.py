@@ -182,3 +182,16 @@ def test_cli_reports_a_message_not_a_traceback(args, key, tmp_path):
     assert proc.returncode != 0
     assert key in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("method,expected", [("flow_grpo", True), ("flow_grpo_fast", True), ("dance_grpo", False)])
+def test_flow_grpo_presets_normalise_by_the_global_std(method, expected):
+    """Flow-GRPO and its Fast variant divide the prompt advantages by the std of all the step's rewards, as upstream's
+    config/base.py (`sample.global_std = True`) and every SD3.5 config do; DanceGRPO's group advantage has no global std
+    (docs/methods/grpo_baselines.md#advantages). Read from what `rewardflow --cfg job` prints, the user's view."""
+    proc = subprocess.run(
+        [*rewardflow_cmd(), f"method={method}", "--cfg", "job"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    method_cfg = OmegaConf.create(proc.stdout).method
+    assert (method_cfg.name, method_cfg.global_std) == (method, expected)

@@ -66,12 +66,51 @@ def test_ema_is_the_exponential_average_and_applying_it_restores_the_weights_bit
     assert all(torch.equal(p, t) for p, t in zip(params, trained))
 
 
+def test_ema_warmup_ramps_the_decay_as_flow_grpo_ema(float64):
+    """``trainer.ema_warmup``: the s-th update uses min((1 + s) / (10 + s), decay) (flow_grpo/ema.py's
+    get_current_decay; DiffusionNFT's EMA at decay 0.9, docs/methods/diffusion_nft.md#evaluation-with-the-ema), so the
+    average follows the first updates closely; the count is part of the state and comes back on load."""
+    model = torch.nn.Linear(2, 1)
+    params = list(model.parameters())
+    ema = ParameterEMA(model, params, 0.9, warmup=True)
+    expected_avg = [p.detach().clone() for p in params]
+    g = torch.Generator().manual_seed(1)
+    decays = []
+    for _ in range(100):
+        with torch.no_grad():
+            for p in params:
+                p.add_(torch.randn(p.shape, generator=g))
+        d = ema.current_decay()
+        decays.append(d)
+        ema.update()
+        expected_avg = [d * a + (1 - d) * p.detach() for a, p in zip(expected_avg, params)]
+    assert decays[:3] == pytest.approx([2 / 11, 3 / 12, 4 / 13], rel=1e-15)
+    assert decays[79] == pytest.approx(0.9) and decays[99] == 0.9  # (1 + s) / (10 + s) reaches 0.9 at s = 80
+    for avg, ref in zip(ema.averages, expected_avg):
+        torch.testing.assert_close(avg, ref, rtol=1e-13, atol=1e-13)
+    state = {k: v.clone() for k, v in ema.state_dict().items()}
+    fresh = ParameterEMA(model, params, 0.9, warmup=True)
+    fresh.load_state_dict(state)
+    assert int(fresh.updates) == 100 and fresh.current_decay() == 0.9
+    assert "__ema_updates__" not in ParameterEMA(model, params, 0.9).state_dict()  # plain EMA: the earlier layout
+
+
+@pytest.mark.parametrize("preset", ["nft_sd35m", "nft_flux"])
+def test_diffusion_nft_presets_evaluate_and_export_the_ema_as_nvlabs(preset):
+    """NVlabs/DiffusionNFT evaluates and saves the EMA of the adapter (decay 0.9 with flow_grpo/ema.py's warmup, every
+    optimizer step); the presets do the same."""
+    cfg = compose([f"experiment={preset}", "model.path=/ckpt/x", "data.path=/tmp/p.txt"])
+    t = cfg.trainer
+    assert (t.ema_decay, t.ema_warmup, t.export_ema, cfg.eval.use_ema) == (0.9, True, True, True)
+
+
 EMA_RUN = [
     "experiment=smoke",
     "logger=none",
     "trainer.steps=6",
     "trainer.ckpt_every=2",
     "trainer.ema_decay=0.7",
+    "trainer.ema_warmup=true",  # the ramp's update count resumes with the averages (DiffusionNFT's presets use it)
     "optimizer.scheduler=warmup_cosine",
     "optimizer.warmup_steps=2",
     "eval.every=2",
@@ -109,7 +148,7 @@ def test_ema_and_schedule_resume_bitwise_and_the_export_writes_the_ema(ema_refer
     lr = [r["lr"] for r in rows if "lr" in r]
     assert lr[0] < lr[1] < lr[2] > lr[3] > lr[4] > lr[5] > 0  # warmup, then the cosine
     exported = load_file(str(next((ref_dir / "export" / "transformer").glob("*.safetensors"))))
-    for name, avg in ref.ema.state_dict().items():
+    for name, avg in zip(ref.ema.names, ref.ema.averages):
         assert torch.equal(exported[name], avg), name  # the export holds the EMA weights
 
     cfg = compose(EMA_RUN)
@@ -131,6 +170,7 @@ def test_ema_and_schedule_resume_bitwise_and_the_export_writes_the_ema(ema_refer
     assert _rows(tmp_path) == rows  # lr, losses and EMA evaluations
     for name, avg in ref.ema.state_dict().items():
         assert torch.equal(resumed.ema.state_dict()[name], avg), name
+    assert int(resumed.ema.updates) == int(ref.ema.updates) == 6  # the warmup goes on where it stopped
     assert resumed.lr_schedule.state_dict() == ref.lr_schedule.state_dict()
 
 

@@ -194,3 +194,19 @@ def test_a_bad_slurm_restart_count_is_reported_before_the_run_dir_is_locked(tmp_
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "environment SLURM_RESTART_COUNT: 'abc'" in proc.stderr, proc.stderr
+
+
+def test_a_prompt_longer_than_any_text_context_is_cut_once_at_load(tmp_path, caplog):
+    """A 10 MB one-line prompt (266 s and 5.5 GB for two steps before) is cut at load with one warning, however
+    often the list is read (the config check, the prompt source and the evaluation read it)."""
+    from rewardflow.prompts import MAX_PROMPT_CHARS
+
+    path = tmp_path / "long.txt"
+    path.write_text("a red square\n" + "a very long prompt " * 600_000 + "\nblue\n")
+    with caplog.at_level("WARNING", logger="rewardflow.prompts"):
+        first = load_prompts(None, str(path))
+        again = load_prompts(None, str(path))
+    assert first == again and [len(p) for p in first] == [12, MAX_PROMPT_CHARS, 4]
+    assert first[1] == ("a very long prompt " * 600_000).strip()[:MAX_PROMPT_CHARS]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "number 2" in warnings[0] and "11399999 characters" in warnings[0], warnings

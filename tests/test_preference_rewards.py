@@ -214,6 +214,57 @@ def test_bad_local_paths_fail_validation(override, match, tiny_rewards):
         validate(compose(["reward=hps", *tiny_reward_overrides(tiny_rewards, "hps"), override]))
 
 
+def _broken_reward_files(tiny_rewards: Path, tmp_path: Path, case: str) -> list[str]:
+    """Overrides pointing a reward at a copy of its tiny twin with one file broken as users break them: a JSON typo,
+    a config of another kind, a cut download, a text file under a weights name."""
+    hps = tiny_reward_overrides(tiny_rewards, "hps")
+    arch = tmp_path / "arch.json"
+    if case == "arch-typo":
+        arch.write_text('{"embed_dim": 32,, "vision_cfg": {}}')
+        return ["reward=hps", *hps, f"reward.arch={arch}"]
+    if case == "arch-not-open-clip":
+        arch.write_text('{"hidden_size": 32}')
+        return ["reward=hps", *hps, f"reward.arch={arch}"]
+    if case == "hps-text-as-pt":
+        weights = tmp_path / "HPS_v2.1_compressed.pt"
+        weights.write_text("<html>404 Not Found</html>")
+        return ["reward=hps", *hps, f"reward.path={weights}"]
+    if case == "hps-cut-safetensors":
+        weights = tmp_path / "HPS_v2.1.safetensors"
+        weights.write_bytes(b"\xff" * 8 + b"{not json")
+        return ["reward=hps", *hps, f"reward.path={weights}"]
+    folder = tmp_path / "clip"
+    shutil.copytree(tiny_rewards / "clip", folder)
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 3])  # a download cut short
+    return ["reward=clip", f"reward.path={folder}"]
+
+
+@pytest.mark.parametrize(
+    "case,match",
+    [
+        ("arch-typo", r"reward.arch.*not valid JSON \(line 1, column 18"),
+        ("arch-not-open-clip", r"reward.arch.*lacks embed_dim, vision_cfg, text_cfg"),
+        ("hps-text-as-pt", r"reward.path.*neither a torch.save archive \(zip\) nor a pickle"),
+        ("hps-cut-safetensors", r"reward.path.*not a safetensors file"),
+        ("clip-cut-safetensors", r"reward.path.*model.safetensors' is not a safetensors file"),
+    ],
+)
+def test_broken_reward_files_fail_validation_naming_the_key(case, match, tiny_rewards, tmp_path, no_model_building):
+    with pytest.raises(ConfigError, match=match):
+        validate(compose(_broken_reward_files(tiny_rewards, tmp_path, case)))
+
+
+def test_the_format_check_passes_every_real_weights_format(tiny_rewards, tmp_path):
+    """The twins' real files (a torch.save zip, safetensors, a legacy pickle) pass; only their header is read."""
+    from rewards.weights import format_problem
+
+    legacy = tmp_path / "legacy.pt"
+    torch.save({"state_dict": {"w": torch.ones(2)}}, legacy, _use_new_zipfile_serialization=False)
+    files = [tiny_rewards / "hps" / "HPS_v2.1_compressed.pt", tiny_rewards / "clip" / "model.safetensors", legacy]
+    assert [format_problem(f) for f in files] == [None, None, None]
+
+
 @pytest.mark.parametrize(
     "source,local",
     [

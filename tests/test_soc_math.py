@@ -151,6 +151,44 @@ def test_am_vjp_lean_adjoint_solver_reproduces_the_closed_form():
     assert errors[0] / errors[1] == pytest.approx(2.0, rel=0.1) and errors[1] / errors[2] == pytest.approx(2.0, rel=0.1)
 
 
+def test_am_lean_adjoint_converges_at_first_order_on_the_offset_schedule():
+    """The lean adjoint on AM's own grid (t_k = k / K, offset h = 1/40) of a 1-D Gaussian pretrained law N(0.5, 0.6),
+    through the toy's frozen velocity, against an RK4 reference of a' = -D(t) a with the analytic
+    D(t) = 2 V_t' / (2 V_t) - 1 / (t + h), V_t = t^2 var0 + (1 - t)^2: the relative error at t = 0.25 is 1.5 % at
+    K = 40 and halves with every doubling of K (explicit Euler, first order). Taking each step's Jacobian at its left
+    point (X_k, t_k), as this solver did before, gave 15 % at K = 40 (30 / 7.5 / 3.8 % at K = 20 / 80 / 160;
+    docs/methods/eam.md#the-lean-adjoint-step)."""
+    mu0, var0, offset, t_check = 0.5, 0.6, 1 / 40, 0.25
+    bb = toy(mu0, var0, dim=1)
+    v = pre_velocity(bb)
+    s = MemorylessSchedule(offset=offset)
+
+    def d_coef(t):  # d/dx of the memoryless base drift 2 v_pre - kappa x (the toy's velocity is affine in x)
+        vt, dvt = t**2 * var0 + (1 - t) ** 2, 2 * t * var0 - 2 * (1 - t)
+        return 2 * dvt / (2 * vt) - s.kappa(t)
+
+    reference = rk4_backward_adjoint(d_coef, t_check, n=4000)
+    x = torch.randn(2, 1, generator=torch.Generator().manual_seed(5))  # states do not matter: the drift is affine
+    a1 = torch.tensor([[1.0], [-2.0]])
+    errors = []
+    for k in (20, 40, 80, 160):
+        ts = s.grid(k)
+
+        def vjp(i, a, ts=ts):
+            xi = x.clone().requires_grad_(True)
+            with torch.enable_grad():
+                return torch.autograd.grad(v(xi, ts[i].expand(2)), xi, grad_outputs=a)[0]
+
+        adj = LeanAdjointSolver(s).solve(vjp, ts, a1)
+        at = adj[:, round(t_check * k)] / a1  # the propagator Phi(1, 0.25), per sample
+        assert torch.allclose(at[0], at[1], rtol=1e-12) and adj.dtype == torch.float64
+        errors.append(abs(float(at[0, 0]) / reference - 1))
+    assert errors[1] <= 0.15 / 2, errors  # issue 25's acceptance: at most half of the left-point scheme's 15 %
+    assert errors[1] == pytest.approx(0.0151, abs=5e-4), errors
+    for coarse, fine in zip(errors, errors[1:]):
+        assert coarse / fine == pytest.approx(2.0, rel=0.05), errors  # first order: each doubling halves the error
+
+
 # ----------------------------------------------------------------------------------- invariant 2: kernel / marginal
 def test_kernel_has_the_base_marginal_and_the_base_bridge():
     c2 = 1.7

@@ -86,19 +86,20 @@ def test_eam_transformer_passes_per_iteration(variant, fwd, bwd, tmp_path):
 @pytest.mark.parametrize(
     "variant,fwd,bwd",
     [
-        # AM: K rollout forwards, 1 denoising forward, K VJPs (forward + backward), |S| loss forward+backward per sample
-        (["method.sampling_steps=40"], 40 + 1 + 40 + 20, 40 + 20),
+        # AM: K rollout forwards, 1 denoising forward, K VJPs (forward + backward) at X_K..X_1, v_pre(X_0), |S| loss
+        # forward+backward per sample
+        (["method.sampling_steps=40"], 40 + 1 + 40 + 1 + 20, 40 + 20),
         (
             ["method.sampling_steps=12", "method.loss_last_steps=3", "method.loss_random_steps=2"],
-            12 + 1 + 12 + 5,
+            12 + 1 + 12 + 1 + 5,
             12 + 5,
         ),
         (
             ["method.sampling_steps=12", "method.denoise_last_step=false"],
-            12 + 12 + 12,
+            12 + 12 + 1 + 12,
             12 + 12,
         ),  # |S| = min(10, 12) + 2
-        (["method.sampling_steps=40", "model.finetune=lora"], 40 + 1 + 40 + 20, 40 + 20),
+        (["method.sampling_steps=40", "model.finetune=lora"], 40 + 1 + 40 + 1 + 20, 40 + 20),
     ],
 )
 def test_adjoint_matching_transformer_passes_per_iteration(variant, fwd, bwd, tmp_path):
@@ -183,7 +184,7 @@ def test_tiny_flux_smoke_run(method, finetune, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2]
     b = 4
-    per_sample = {"eam": (10 + 1 + 4, 4), "adjoint_matching": (6 + 1 + 6 + 6, 6 + 6)}[method]  # smoke: K = 6
+    per_sample = {"eam": (10 + 1 + 4, 4), "adjoint_matching": (6 + 1 + 6 + 1 + 6, 6 + 6)}[method]  # smoke: K = 6
     for r in rows:
         for key in (
             "reward/mean",

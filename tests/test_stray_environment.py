@@ -33,7 +33,7 @@ def test_stray_variables_contradict_cluster_local_only(stray_env):
     assert stray_process_group("local") is None
     stray_env.delenv("TORCHELASTIC_RUN_ID")
     stray_env.setenv("WORLD_SIZE", "two")
-    assert "not a number" in (stray_process_group("local") or "")
+    assert "WORLD_SIZE='two' is not a whole number >= 1" in (stray_process_group("local") or "")
     stray_env.setenv("WORLD_SIZE", "1")
     assert stray_process_group("local") is None
 
@@ -53,3 +53,39 @@ def test_the_cli_refuses_them_in_seconds(tmp_path):
     assert "WORLD_SIZE=2" in proc.stderr and "cluster=local_multi" in proc.stderr and "Traceback" not in proc.stderr
     assert time.monotonic() - t0 < 120  # the interpreter's start and Hydra's composition, no rendezvous
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "env,says",
+    [
+        ({"LOCAL_WORLD_SIZE": "abc"}, "LOCAL_WORLD_SIZE='abc' is not a whole number >= 1"),
+        ({"LOCAL_WORLD_SIZE": "0"}, "LOCAL_WORLD_SIZE='0' is not a whole number >= 1"),
+        ({"RANK": "-1"}, "RANK='-1' is not a whole number >= 0"),
+        ({"WORLD_SIZE": "2", "RANK": "2"}, "RANK=2 is not below WORLD_SIZE=2"),
+        ({"LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "5"}, "LOCAL_RANK=5 is not below LOCAL_WORLD_SIZE=2"),
+        ({"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "4"}, "LOCAL_WORLD_SIZE=4 exceeds WORLD_SIZE=2"),
+        ({"MASTER_PORT": "70000"}, "MASTER_PORT=70000 is not a port"),
+        ({"WORLD_SIZE": "4", "RANK": "3", "LOCAL_WORLD_SIZE": "2", "LOCAL_RANK": "1", "MASTER_PORT": "29500"}, None),
+    ],
+)
+def test_process_group_values_are_checked(env, says):
+    """Every process-group variable the launcher reads (the trainer's thread count reads LOCAL_WORLD_SIZE) is a
+    whole number in range, or a message naming it; a consistent torchrun environment passes."""
+    from launcher.cluster.env_check import process_group_problem
+
+    problem = process_group_problem(env)
+    assert problem == says if says is None else (problem and says in problem and "Fix" in problem), problem
+
+
+def test_a_bad_local_world_size_is_a_message_on_the_command_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in STRAY}
+    proc = subprocess.run(
+        [*rewardflow_cmd(), "trainer.steps=1", f"hydra.run.dir={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "LOCAL_WORLD_SIZE": "eight"},
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "LOCAL_WORLD_SIZE='eight'" in proc.stderr and not (tmp_path / "metrics.jsonl").exists()

@@ -43,24 +43,35 @@ def check_devices(cfg: Any, errors: ConfigErrors) -> None:
     )
 
 
-def placement(cfg: Any, world_size: int) -> str:
-    """``device cpu, dtype float32, world size 1, mesh none``: where and how the run computes."""
+def placement_record(cfg: Any, world_size: int) -> dict[str, Any]:
+    """Where and how the run computes, resolved (``model.device=auto`` says neither): the device the transformer
+    runs on, its dtype, the number of ranks and the mesh; the run dir's ``placement.json``
+    (launcher/tracking/placement_file.py). ``time/gpu_hours`` is ranks x wall-clock, so it is
+    GPU-hours only when ``device`` is ``cuda`` (launcher/compare/runs.py labels the axis by it)."""
     m = cfg.model
-    device = resolved_device(m.device) if getattr(m, "device", None) is not None else "cpu"
+    device = str(resolved_device(m.device)) if getattr(m, "device", None) is not None else "cpu"
     dtype = str(torch_dtype(m.dtype, device)).removeprefix("torch.") if getattr(m, "dtype", None) else "float32"
     mesh = cfg.cluster.get("mesh", "fsdp") if world_size > 1 else "none"
-    return f"device {device}, dtype {dtype}, world size {world_size}, mesh {mesh}"
+    return {"device": device, "dtype": dtype, "world_size": world_size, "mesh": mesh}
+
+
+def placement(cfg: Any, world_size: int) -> str:
+    """``device cpu, dtype float32, world size 1, mesh none``: the run's first log line."""
+    return ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in placement_record(cfg, world_size).items())
 
 
 def stray_process_group(cluster_name: str) -> str | None:
     """Why this process's environment contradicts ``cluster=local`` (None if it does not): ``WORLD_SIZE`` > 1
     outside submitit and outside torchrun (which sets ``TORCHELASTIC_RUN_ID``) is left over from another job or
     shell, and would make this one process wait for ranks that never come, up to the rendezvous timeout."""
-    from launcher.cluster.env_check import restart_count_problem
+    from launcher.cluster.env_check import process_group_problem, restart_count_problem
 
     restarts = restart_count_problem()
     if restarts:  # read by the run dir's lock, which the command line takes before the config checks
         return f"environment SLURM_RESTART_COUNT: {restarts}"
+    values = process_group_problem()
+    if values:
+        return values
     world = os.environ.get("WORLD_SIZE", "1")
     if cluster_name != "local" or os.environ.get("TORCHELASTIC_RUN_ID"):
         return None

@@ -8,7 +8,8 @@ traceback from deep inside a run (docs/configuration.md#environment-variables).
 - ``REWARDFLOW_CACHE`` (or ``cluster.cache_dir``, which sets it for the ranks): the folder of the tiny twins and
   the text-embedding cache.
 
-The variables of a process group (``WORLD_SIZE``, ``RANK``, ...) are checked against the cluster by
+The variables of a process group (``WORLD_SIZE``, ``RANK``, ``LOCAL_WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_PORT``)
+are checked for their values here (:func:`process_group_problem`) and against the cluster by
 :func:`launcher.cluster.device_check.stray_process_group`.
 """
 
@@ -64,6 +65,44 @@ def check_environment(cfg: Any, errors: ConfigErrors, env: Any = None) -> None:
             f"{folder!r} {problem}: rewardflow's caches (tiny twins, text embeddings) go there. Fix: `export "
             f"REWARDFLOW_CACHE=<a folder>`, or `unset REWARDFLOW_CACHE` (~/.cache/rewardflow)",
         )
+
+
+#: a process group's variables (torchrun's, or left from one): name -> (least value, the variable it must stay below)
+PROCESS_GROUP = {
+    "WORLD_SIZE": (1, None),
+    "RANK": (0, "WORLD_SIZE"),
+    "LOCAL_WORLD_SIZE": (1, None),
+    "LOCAL_RANK": (0, "LOCAL_WORLD_SIZE"),
+    "MASTER_PORT": (1, None),
+}
+
+
+def process_group_problem(env: Any = None) -> str | None:
+    """Why the process-group variables of ``env`` cannot be used (None if they can or are unset): whole numbers,
+    ranks below their sizes, ``LOCAL_WORLD_SIZE`` at most ``WORLD_SIZE``, a port below 65536. The trainer reads them
+    (the threads per process, the rendezvous), so they are checked before the run dir's lock is taken."""
+    env = os.environ if env is None else env
+    values: dict[str, int] = {}
+    for name, (least, _) in PROCESS_GROUP.items():
+        raw = env.get(name, "")
+        if raw == "":
+            continue
+        if not _count(raw, least):
+            return f"environment {name}={raw!r} is not a whole number >= {least}. Fix: `unset {name}`, or set it right"
+        values[name] = int(raw)
+    for name, (_, below) in PROCESS_GROUP.items():
+        if below and name in values and below in values and values[name] >= values[below]:
+            return (
+                f"environment {name}={values[name]} is not below {below}={values[below]}. Fix: `unset {name} {below}`"
+            )
+    if values.get("LOCAL_WORLD_SIZE", 0) > values.get("WORLD_SIZE", values.get("LOCAL_WORLD_SIZE", 0)):
+        return (
+            f"environment LOCAL_WORLD_SIZE={values['LOCAL_WORLD_SIZE']} exceeds WORLD_SIZE={values['WORLD_SIZE']}. "
+            f"Fix: `unset LOCAL_WORLD_SIZE WORLD_SIZE`"
+        )
+    if values.get("MASTER_PORT", 0) > 65535:
+        return f"environment MASTER_PORT={values['MASTER_PORT']} is not a port (1-65535). Fix: `unset MASTER_PORT`"
+    return None
 
 
 def restart_count_problem(env: Any = None) -> str | None:

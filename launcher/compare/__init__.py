@@ -7,7 +7,8 @@ Pipeline, one module per concept:
 - :mod:`.online`     W&B projects, groups and sweeps through the public API (``wandb.Api``);
 - :mod:`.grouping`   filters, grouping by method (and any config key), the checks that refuse mixed groups;
 - :mod:`.metric`     which metric is compared: the held-out evaluation when runs have it, else the training reward;
-- :mod:`.stats`      means over seeds with t or bootstrap intervals, the overlap test, speedup intervals;
+- :mod:`.stats`      means over seeds with t intervals (log scale for positive quantities), paired tests, Holm;
+- :mod:`.completeness` which runs finished (the others are named and left out);
 - :mod:`.aggregate`  seed curves on a common grid, final value, per-step cost, equal-budget and time-to-target figures;
 - :mod:`.evidence`   the thin-evidence warnings (few seeds or points, short runs, a loaded machine...);
 - :mod:`.report`     the Markdown tables and ``comparison.json``;

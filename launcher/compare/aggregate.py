@@ -11,16 +11,20 @@ Definitions (also printed under the report's tables; ``docs/compare_report.md`` 
   the same steps (x = the seeds' mean compute at each step), else the union of the seeds' logged x-values with each
   seed linearly interpolated (a seed that has ended keeps its final value). The band is the pointwise interval of
   that mean (``ci``), or the spread over seeds (std with ddof=1, standard error, or min-max).
-- Compute of a run on the chosen axis: ``time/gpu_hours`` or ``time/wallclock_s`` at its last logged step, or
-  the number of steps done (last step + 1).
+- Compute of a run on the chosen axis: ``time/gpu_hours`` (devices x wall-clock; shown as device-seconds when the
+  runs ran on the CPU, :func:`.runs.axis_unit`) or ``time/wallclock_s`` at its last logged step, or the number of
+  steps done (last step + 1). Times and compute amounts are positive: their intervals are on the log scale.
+- Runs that did not finish (last step below ``trainer.steps``, crashed, still running) are left out before any of
+  this unless ``--include-unfinished`` (:mod:`.completeness`); the report names them.
 - Common budget: the smallest total compute of any run compared (every run reached it); value at the budget is
   each seed's curve there.
 - Target: ``--target``, else the lowest final value among the baseline's seeds (so every baseline seed reaches it).
   Compute to reach it: per seed, the first x at which the seed's curve reaches it (linear between logged points);
-  the group's is the mean over seeds when every seed got there (its interval cut at 0). Speedup = the baseline's mean
-  compute to reach it / the group's; its interval is every ratio of values inside the two groups' intervals.
-- Final value, value at the budget and compute to reach are each compared with the baseline's: significant when the
-  two intervals do not overlap.
+  the group's is the geometric mean over seeds when every seed got there. Speedup = the baseline's compute to
+  reach it / the group's, seed by seed, its t interval on the log scale.
+- Final value, value at the budget and compute to reach are each compared with the baseline's seed by seed (the
+  t test of the per-seed differences, of the log-ratios for compute), Holm-corrected over the groups: significant
+  when the adjusted p-value is below 1 - confidence.
 """
 
 from __future__ import annotations
@@ -31,10 +35,11 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from launcher.compare import evidence, stats
+from launcher.compare.completeness import Incomplete
 from launcher.compare.errors import CompareError
 from launcher.compare.grouping import Group
 from launcher.compare.metric import Metric
-from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData
+from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData, axis_key, axis_scale, is_evaluation
 from launcher.compare.stats import Estimate
 
 BANDS = ("ci", "std", "sem", "minmax")
@@ -48,8 +53,12 @@ class Settings:
     warmup_steps: int = 1  # first steps left out of the per-step timings (lazy init, allocator warm-up)
     budget: float | None = None  # common budget in axis units; None = the smallest total among the runs
     target: float | None = None  # None = the lowest final value among the baseline's seeds
-    confidence: float = 0.95
-    interval: str = "auto"  # t below 10 seeds, bootstrap over seeds from 10 (see stats.py)
+    target_from: str = (
+        "given with --target"  # where a given target came from, for the report (launcher/compare/protocol.py)
+    )
+    margin: float | None = None  # protocol.margin of the runs, reported (the protocol's driver ranks with it)
+    confidence: float = stats.CONFIDENCE
+    include_unfinished: bool = False  # unfinished, crashed and running runs count (completeness.py)
     thresholds: evidence.Thresholds = field(default_factory=evidence.Thresholds)
 
 
@@ -64,6 +73,7 @@ class Trace:
     raw_reward: np.ndarray
     smooth: int  # the window asked for; the last value averages min(smooth, points) points
     steps: int  # training steps logged (rows with reward/mean)
+    held_out: bool = False  # an evaluation's curve: x is the compute before each point (axis_offset)
 
     @property
     def final(self) -> float:
@@ -79,7 +89,7 @@ class Trace:
         return min(self.smooth, self.points)
 
     def total(self, axis: str) -> float:
-        return float(self.x[axis][-1]) + axis_offset(axis)
+        return float(self.x[axis][-1]) + axis_offset(axis, self.held_out)
 
 
 @dataclass
@@ -108,6 +118,8 @@ class GroupResult:
     speedup_lo: float = math.nan
     speedup_hi: float = math.nan
     verdicts: dict[str, str] = field(default_factory=dict)  # final | at_budget | reach -> vs the baseline
+    differences: dict[str, Estimate | None] = field(default_factory=dict)  # the paired estimates behind them
+    reach_by_seed: dict = field(default_factory=dict)  # seed -> compute to reach the target
 
     @property
     def steps(self) -> list[int]:
@@ -128,12 +140,15 @@ class Comparison:
     budget: float
     target: float
     budget_runs_ended_before: list[str] = field(default_factory=list)
+    device: str | None = None  # cpu / cuda when every run says so (runs.py labels the gpu_hours axis by it)
+    incomplete: list[Incomplete] = field(default_factory=list)  # named in the report; compared only if included
     warnings: list[evidence.Finding] = field(default_factory=list)
 
 
-def axis_offset(axis: str) -> float:
-    """Steps are logged 0-based; as compute the step axis counts steps done."""
-    return 1.0 if axis == "step" else 0.0
+def axis_offset(axis: str, held_out: bool = False) -> float:
+    """Steps are logged 0-based; as compute the step axis counts steps done: a training row of step k comes after
+    k + 1 steps, an evaluation logged at step k measures the model after k steps (held out: no offset)."""
+    return 1.0 if axis == "step" and not held_out else 0.0
 
 
 def trailing_mean(y: np.ndarray, k: int) -> np.ndarray:
@@ -144,20 +159,26 @@ def trailing_mean(y: np.ndarray, k: int) -> np.ndarray:
     return (c[idx] - c[lo]) / (idx - lo)
 
 
-def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES)) -> Trace:
+def make_trace(run: RunData, smooth: int, key: str = REWARD, axes=tuple(AXES), device: str | None = None) -> Trace:
     values = run.series(key)
     keep = np.isfinite(values)
     if not keep.any():
         raise CompareError(f"run {run.name} ({run.source}) logged no {key}")
     x = {}
     for axis in axes:
-        xs = run.series(AXES[axis])[keep]
+        xs = run.series(axis_key(axis, key))[keep]
         if len(xs) and np.isfinite(xs).all():
             # cumulative axes never go down; if a resumed run restarted its clock, keep the curve drawable
-            x[axis] = np.maximum.accumulate(xs)
+            x[axis] = np.maximum.accumulate(xs) * axis_scale(axis, device)
     steps = int(np.isfinite(run.series(REWARD)).sum())
     return Trace(
-        run=run, x=x, reward=trailing_mean(values[keep], smooth), raw_reward=values[keep], smooth=smooth, steps=steps
+        run=run,
+        x=x,
+        reward=trailing_mean(values[keep], smooth),
+        raw_reward=values[keep],
+        smooth=smooth,
+        steps=steps,
+        held_out=is_evaluation(key),
     )
 
 
@@ -172,7 +193,7 @@ def spread_band(ys: np.ndarray, band: str) -> tuple[np.ndarray, np.ndarray]:
     return mean - half, mean + half
 
 
-def seed_curve(traces: list[Trace], axis: str, band: str, confidence: float = 0.95, interval: str = "auto") -> Curve:
+def seed_curve(traces: list[Trace], axis: str, band: str, confidence: float = stats.CONFIDENCE) -> Curve:
     """Mean and band over seeds on a common grid.
 
     Seeds that logged the same steps (the usual case) share the step grid: at each step, the mean of their values
@@ -192,7 +213,7 @@ def seed_curve(traces: list[Trace], axis: str, band: str, confidence: float = 0.
         # np.interp holds the end values outside the data range: exactly "a finished seed keeps its final value"
         ys = np.stack([np.interp(grid, x, t.reward) for x, t in zip(xs, traces)])
     if band == "ci":
-        lo, hi = stats.curve_interval(ys, confidence, interval)
+        lo, hi = stats.curve_interval(ys, confidence)
     else:
         lo, hi = spread_band(ys, band)
     return Curve(grid, ys.mean(axis=0), lo, hi)
@@ -211,7 +232,7 @@ def first_reach(x: np.ndarray, y: np.ndarray, target: float) -> float | None:
     return float(x0 + (target - y0) / (y1 - y0) * (x1 - x0))
 
 
-def per_step_costs(runs: list[RunData], warmup: int, confidence: float, interval: str) -> dict[str, Estimate]:
+def per_step_costs(runs: list[RunData], warmup: int, confidence: float) -> dict[str, Estimate]:
     """Mean seconds per step by phase (first ``warmup`` steps left out when the run has more) and transformer
     passes per step, each averaged per run, then over runs."""
     out = {}
@@ -223,70 +244,76 @@ def per_step_costs(runs: list[RunData], warmup: int, confidence: float, interval
                 v = v[warmup:]
             v = v[np.isfinite(v)]
             per_run.append(float(v.mean()) if len(v) else math.nan)
-        out[key] = stats.estimate(per_run, confidence, interval)
+        out[key] = positive_estimate(per_run, confidence)
     return out
 
 
-def summarize_group(group: Group, metric: Metric, smooth: int, s: Settings) -> GroupResult:
-    traces = [make_trace(r, smooth, metric.key) for r in group.runs]
+def summarize_group(group: Group, metric: Metric, smooth: int, s: Settings, device: str | None = None) -> GroupResult:
+    traces = [make_trace(r, smooth, metric.key, device=device) for r in group.runs]
     axes = [a for a in AXES if all(a in t.x for t in traces)]
-    est = lambda values: stats.estimate(values, s.confidence, s.interval)  # noqa: E731
+    est = lambda values: stats.estimate(values, s.confidence)  # noqa: E731
     return GroupResult(
         label=group.label,
         runs=group.runs,
         traces=traces,
         final=est([t.final for t in traces]),
-        total={a: est([t.total(a) for t in traces]) for a in axes},
-        per_step=per_step_costs(group.runs, s.warmup_steps, s.confidence, s.interval),
-        curves={a: seed_curve(traces, a, s.band, s.confidence, s.interval) for a in axes},
+        total={a: positive_estimate([t.total(a) for t in traces], s.confidence) for a in axes},
+        per_step=per_step_costs(group.runs, s.warmup_steps, s.confidence),
+        curves={a: seed_curve(traces, a, s.band, s.confidence) for a in axes},
     )
 
 
-def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -> Comparison:
+def common_device(groups: list[Group], axis: str) -> str | None:
+    """The device every run computed on (``cpu``/``cuda``), None when unknown or mixed; mixed devices on the
+    ``gpu_hours`` axis are refused: it would add GPU-hours to CPU process-hours."""
+    devices = {r.device for g in groups for r in g.runs}
+    if axis == "gpu_hours" and len(devices) > 1:
+        shown = ", ".join(sorted(str(d) if d else "not recorded" for d in devices))
+        raise CompareError(
+            f"the runs computed on different devices ({shown}): time/gpu_hours counts GPUs for some and CPU "
+            f"processes for others. Compare on --axis step or --axis wallclock_s, or runs of one device"
+        )
+    return devices.pop() if len(devices) == 1 else None
+
+
+def compare(
+    groups: list[Group], baseline: Group, s: Settings, metric: Metric, incomplete: list[Incomplete] | None = None
+) -> Comparison:
     if s.axis not in AXES:
         raise CompareError(f"--axis must be one of {', '.join(AXES)} (got {s.axis!r})")
     if s.band not in BANDS:
         raise CompareError(f"--band must be one of {', '.join(BANDS)} (got {s.band!r})")
     if not 0.5 < s.confidence < 1.0:
         raise CompareError(f"--confidence must be between 0.5 and 1, e.g. 0.95 (got {s.confidence})")
-    if s.interval not in stats.INTERVALS:
-        raise CompareError(f"--interval must be one of {', '.join(stats.INTERVALS)} (got {s.interval!r})")
     smooth = metric.default_smooth if s.smooth is None else s.smooth
     th = s.thresholds
     if smooth < 1 or s.warmup_steps < 0 or th.min_seeds < 1 or th.min_points < 1 or th.max_step_cv < 0:
         raise CompareError("--smooth, --min-seeds and --min-points must be >= 1, --warmup-steps and --max-step-cv >= 0")
-    results = [summarize_group(g, metric, smooth, s) for g in groups]
+    device = common_device(groups, s.axis)
+    results = [summarize_group(g, metric, smooth, s, device) for g in groups]
     lacking = [t.run.name for r in results for t in r.traces if s.axis not in t.x]
     if lacking:
         raise CompareError(
-            f"{len(lacking)} run(s) did not log {AXES[s.axis]} with every {metric.key} "
+            f"{len(lacking)} run(s) did not log {axis_key(s.axis, metric.key)} with every {metric.key} "
             f"({', '.join(lacking[:4])}{'...' if len(lacking) > 4 else ''}); compare on another axis, "
             f"e.g. --axis step"
         )
-    off = axis_offset(s.axis)
+    off = axis_offset(s.axis, metric.held_out)
     totals = {t.run.name: t.total(s.axis) for r in results for t in r.traces}
     budget = float(s.budget) if s.budget is not None else min(totals.values())
     base = next(r for r in results if r.label == baseline.label)
     target = float(s.target) if s.target is not None else min(t.final for t in base.traces)
-    est = lambda values: stats.estimate(values, s.confidence, s.interval)  # noqa: E731
+    est = lambda values: stats.estimate(values, s.confidence)  # noqa: E731
     for r in results:
         # each seed's curve at the budget (np.interp holds the final value past a run's end: see the notes)
         r.at_budget = est([_at(t, s.axis, budget - off) for t in r.traces])
         reach = [first_reach(t.x[s.axis], t.reward, target) for t in r.traces]
         r.reached = sum(v is not None for v in reach)
         r.reached_at_first = sum(bool(v is not None and v <= t.x[s.axis][0]) for v, t in zip(reach, r.traces))
-        r.reach = _compute(est([v + off for v in reach if v is not None])) if r.reached == len(reach) else None
+        r.reach_by_seed = {t.run.seed: v + off for v, t in zip(reach, r.traces) if v is not None}
+        r.reach = positive_estimate(list(r.reach_by_seed.values()), s.confidence) if r.reached == len(reach) else None
         r.best = float(r.curves[s.axis].mean.max())
-    for r in results:
-        assert r.at_budget is not None and base.at_budget is not None  # set for every group in the loop above
-        r.verdicts = {
-            "final": stats.verdict(r.final, base.final),
-            "at_budget": stats.verdict(r.at_budget, base.at_budget),
-            "reach": stats.verdict(r.reach, base.reach) if r.reach and base.reach else stats.UNTESTED,
-        }
-        if r.reach and base.reach:
-            r.speedup = base.reach.mean / r.reach.mean
-            r.speedup_lo, r.speedup_hi = stats.ratio_interval(base.reach, r.reach)
+    paired_verdicts(results, base, s, budget - off)
     ended = sorted(n for n, total in totals.items() if total < budget)
     c = Comparison(
         settings=s,
@@ -297,14 +324,63 @@ def compare(groups: list[Group], baseline: Group, s: Settings, metric: Metric) -
         budget=budget,
         target=target,
         budget_runs_ended_before=ended,
+        device=device,
+        incomplete=list(incomplete or []),
     )
     c.warnings = evidence.check(c, s.thresholds)
     return c
 
 
-def _compute(e: Estimate) -> Estimate:
-    """Compute is never negative: a t-interval over few seeds can reach below 0, which is then cut at 0."""
+def positive_estimate(values: list[float], confidence: float) -> Estimate:
+    """A time or compute amount over seeds: its interval on the log scale (stats.estimate); a value of exactly 0 (a
+    phase that took no time, a target met at compute 0) has no logarithm, and then the plain t interval is cut at 0."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if finite and min(finite) > 0:
+        return stats.estimate(finite, confidence, positive=True)
+    e = stats.estimate(finite, confidence)
     return replace(e, lo=max(e.lo, 0.0)) if e.has_interval else e
+
+
+def paired_verdicts(results: list[GroupResult], base: GroupResult, s: Settings, budget_x: float) -> None:
+    """Each group against the baseline, seed by seed (the same seed gives both the same prompts and first noise):
+    final value and value at the budget by the per-seed difference, compute to reach by the per-seed ratio (the
+    speedup); Holm's correction over the groups for each of the three (stats.py)."""
+    others = [r for r in results if r is not base]
+
+    def by_seed(r: GroupResult, value) -> dict:
+        return {t.run.seed: value(t) for t in r.traces}
+
+    tests: dict[str, list[Estimate | None]] = {
+        "final": [stats.paired(by_seed(r, _final), by_seed(base, _final), s.confidence) for r in others],
+        "at_budget": [
+            stats.paired(by_seed(r, _budget(s.axis, budget_x)), by_seed(base, _budget(s.axis, budget_x)), s.confidence)
+            for r in others
+        ],
+        "reach": [
+            stats.paired(base.reach_by_seed, r.reach_by_seed, s.confidence, ratio=True)
+            if r.reach is not None and base.reach is not None
+            else None
+            for r in others
+        ],
+    }
+    for key, estimates in tests.items():
+        adjusted = stats.holm([e.p if e is not None else math.nan for e in estimates])
+        for r, e, p in zip(others, estimates, adjusted):
+            r.verdicts[key] = stats.verdict(p, s.confidence)
+            r.differences[key] = e
+    for r in others:
+        e = r.differences["reach"]
+        if e is not None and e.n:
+            r.speedup = e.mean
+            r.speedup_lo, r.speedup_hi = (e.lo, e.hi) if e.has_interval else (math.nan, math.nan)
+
+
+def _final(t: Trace) -> float:
+    return t.final
+
+
+def _budget(axis: str, x: float):
+    return lambda t: _at(t, axis, x)
 
 
 def _at(trace: Trace, axis: str, x: float) -> float:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.compare import aggregate, evidence, grouping, plots, report, stats
+from launcher.compare import aggregate, completeness, evidence, grouping, plots, protocol, report, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.local import SOURCES, load_local
 from launcher.compare.metric import SMOOTH_EVAL, SMOOTH_TRAINING, choose_metric
@@ -112,13 +112,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="value whose compute to reach gives the speedups (default: the "
         "lowest final value among the baseline's seeds)",
     )
-    grp.add_argument("--confidence", type=float, default=0.95, help="confidence of the intervals (default 0.95)")
     grp.add_argument(
-        "--interval",
-        choices=stats.INTERVALS,
-        default="auto",
-        help="interval over seeds: t, "
-        f"bootstrap, or auto = t below {stats.BOOTSTRAP_FROM_SEEDS} seeds, bootstrap from then on",
+        "--confidence",
+        type=float,
+        default=stats.CONFIDENCE,
+        help=f"confidence of the intervals ({stats.METHOD}; default {stats.CONFIDENCE})",
+    )
+    grp.add_argument(
+        "--include-unfinished",
+        action="store_true",
+        help="compare runs that did not finish too (last step below trainer.steps, crashed, running); by default "
+        "they are named in the report and left out",
     )
     grp.add_argument(
         "--band",
@@ -230,25 +234,38 @@ def run(args, api=None) -> dict:
             "--wandb-report publishes next to online runs: add --project ENTITY/PROJECT (for local "
             "offline runs, `wandb sync <run>/wandb/offline-run-*` them first)"
         )
-    runs = load_runs(args, api)
+    runs, incomplete = completeness.split(load_runs(args, api), args.include_unfinished)
+    for i in incomplete:
+        log.warning("%s: %s", "comparing unfinished run" if args.include_unfinished else "leaving out", i.describe())
+    if not runs:
+        raise CompareError(
+            f"every run found is unfinished ({'; '.join(i.describe() for i in incomplete[:4])}); wait for them, "
+            f"or compare them anyway with --include-unfinished"
+        )
     by = list(dict.fromkeys(["method.name", *_csv(args.by)]))
     metric = choose_metric(runs, args.metric)
     if metric.held_out:
         grouping.check_ruler(runs, _csv(args.allow_mixed))
     groups = grouping.group_runs(runs, by, _csv(args.allow_mixed))
     baseline = grouping.select_baseline(groups, args.baseline)
+    target, target_from, margin = args.target, "given with --target", protocol.fixed_in_config(runs, "margin")
+    if target is None and (target := protocol.fixed_in_config(runs, "target")) is not None:
+        target_from = protocol.FROM_CONFIG.format(key="target", value=target)
+        log.info("target %g from the runs' config (protocol.target); --target overrides it", target)
     settings = aggregate.Settings(
         axis=args.axis,
         smooth=args.smooth,
         band=args.band,
         warmup_steps=args.warmup_steps,
         budget=args.budget,
-        target=args.target,
+        target=target,
+        target_from=target_from,
+        margin=margin,
         confidence=args.confidence,
-        interval=args.interval,
+        include_unfinished=args.include_unfinished,
         thresholds=evidence.Thresholds(args.min_seeds, args.min_points, args.max_step_cv),
     )
-    comparison = aggregate.compare(groups, baseline, settings, metric)
+    comparison = aggregate.compare(groups, baseline, settings, metric, incomplete)
     context = grouping.context_of(runs)
     sources = [*map(str, args.paths)] + ([f"W&B {args.project}"] if args.project else [])
 

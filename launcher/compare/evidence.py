@@ -12,6 +12,8 @@ Each check has a threshold that is a command-line option (``docs/compare_report.
   std / mean) of their mean seconds per step above ``--max-step-cv`` (0.05): seeds of one setting do the same work,
   so the machine's speed changed between them (other load, other hardware), and wall-clock and GPU-hour figures
   carry that noise;
+- ``unfinished``: runs whose last step is below their ``trainer.steps``, crashed or still running (named; left out
+  unless ``--include-unfinished``);
 - ``reached_at_first``: a seed was at the target at its first logged point, so when it got there is not measured.
 """
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from launcher.compare.runs import REWARD, STEP_TIME
 
@@ -49,6 +53,13 @@ def _listing(items: list[str], limit: int = 6) -> str:
 
 def check(c: Comparison, th: Thresholds) -> list[Finding]:
     out: list[Finding] = []
+    if c.incomplete:
+        names = [i.describe() for i in c.incomplete]
+        if c.settings.include_unfinished:
+            what = "are compared anyway (--include-unfinished): their curves stop early and may set the budget"
+        else:
+            what = "are left out of every figure; --include-unfinished compares them too"
+        out.append(Finding("unfinished", f"{_plural(len(names), 'run')} did not finish and {what}: {_listing(names)}"))
     m = c.metric
     if m.key == REWARD:
         out.append(
@@ -117,9 +128,10 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
 
     spread = []
     for r in c.groups:
-        t = r.per_step[STEP_TIME]
-        if t.n >= 2 and t.mean > 0 and t.std / t.mean > th.max_step_cv:
-            spread.append(f"{r.label} ({t.std / t.mean:.1%})")
+        v = r.per_step[STEP_TIME].values  # the seeds' mean s/step
+        cv = float(np.std(v, ddof=1) / np.mean(v)) if len(v) >= 2 and np.mean(v) > 0 else 0.0
+        if cv > th.max_step_cv:
+            spread.append(f"{r.label} ({cv:.1%})")
     if spread:
         out.append(
             Finding(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from launcher.compare.errors import CompareError
 from launcher.compare.runs import RunData, clean_rows, config_get, unwrap_config
+from launcher.tracking import placement_file
 from launcher.tracking.wandb_offline import find_offline_runs, read_offline_run
 
 log = logging.getLogger(__name__)
@@ -114,6 +115,7 @@ def _from_run_dir(run_dir: Path) -> RunData:
         config=config,
         rows=clean_rows(rows),
         group=_group_of(run_dir, config),
+        placement=placement_file.read(run_dir),
     )
 
 

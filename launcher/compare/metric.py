@@ -15,6 +15,8 @@ from launcher.compare.errors import CompareError
 from launcher.compare.runs import REWARD, RunData
 
 EVAL_MEAN = re.compile(r"^eval/(?P<reward>.+)/mean$")
+#: any evaluation's mean: held out (eval/) or on the validation prompts (val/, docs/comparing.md#comparison-protocol)
+EVALUATION_MEAN = re.compile(r"^(eval|val)/(?P<reward>.+)/mean$")
 # the trailing smoothing window (logged points) when --smooth is not given: per-step training rewards are means over
 # one small batch and noisy; an evaluation is already a mean over a fixed prompt set, and smoothing it would mix in
 # older models
@@ -25,7 +27,7 @@ SMOOTH_EVAL = 1
 @dataclass(frozen=True)
 class Metric:
     key: str  # the logged metric compared, e.g. eval/color/mean or reward/mean
-    held_out: bool  # True for eval/<reward>/mean
+    held_out: bool  # True for an evaluation's metric: eval/<reward>/mean, or val/<reward>/mean (eval.val_split)
     how_chosen: str  # one sentence for the report: why this metric
 
     @property
@@ -49,7 +51,7 @@ def choose_metric(runs: list[RunData], requested: str = "auto") -> Metric:
     found = eval_keys(runs)
     if requested != "auto":
         _check_all_have(runs, requested, found)
-        held_out = bool(EVAL_MEAN.match(requested))
+        held_out = bool(EVALUATION_MEAN.match(requested))
         return Metric(requested, held_out, f"`{requested}`, chosen with --metric.")
     if not found:
         return Metric(
@@ -83,7 +85,7 @@ def _check_all_have(runs: list[RunData], key: str, found: list[str]) -> None:
     if not lacking:
         return
     names = ", ".join(r.name for r in lacking[:5]) + ("..." if len(lacking) > 5 else "")
-    if EVAL_MEAN.match(key):
+    if EVALUATION_MEAN.match(key):
         fix = (
             f"compare every run on the training reward with --metric {REWARD}, or re-run those with "
             f"evaluation on (eval.every=N)"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from launcher.compare.aggregate import Comparison, axis_offset
 from launcher.compare.report import BAND_NAMES, curve_title, pct
-from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME
+from launcher.compare.runs import AXES, COUNTS, PHASES, STEP_TIME, axis_key, axis_label
 
 
 def _plt():
@@ -41,8 +41,8 @@ def _draw(ax, c: Comparison, axis: str) -> None:
         ax.fill_between(curve.x, curve.lo, curve.hi, color=color, alpha=0.2, lw=0)
     ax.axhline(c.target, color="0.4", ls=":", lw=1, label="target")
     if axis == s.axis:
-        ax.axvline(c.budget - axis_offset(axis), color="0.4", ls="--", lw=1, label="common budget")
-    ax.set_xlabel(f"{AXIS_LABELS[axis]} ({AXES[axis]})" if axis != "step" else "step")
+        ax.axvline(c.budget - axis_offset(axis, c.metric.held_out), color="0.4", ls="--", lw=1, label="common budget")
+    ax.set_xlabel(f"{axis_label(axis, c.device)} ({axis_key(axis, c.metric.key)})" if axis != "step" else "step")
     ax.set_ylabel(f"{c.metric.key} ({curve_title(c)})")
     if axis == "gpu_hours":  # tiny on a CPU demo, large on a cluster: scientific ticks stay readable
         ax.ticklabel_format(axis="x", style="sci", scilimits=(-2, 4))
@@ -63,12 +63,14 @@ def reward_figures(c: Comparison, out_dir: Path) -> dict[str, str]:
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         _draw(ax, c, axis)
         ax.legend(fontsize=8, loc="lower right")
-        ax.set_title(f"{c.metric.key} against {AXIS_LABELS[axis]}\nband: {_band(c)}", fontsize=10)
+        ax.set_title(
+            f"{c.metric.key} against {axis_label(axis, c.device).split(' (')[0]}\nband: {_band(c)}", fontsize=10
+        )
         fig.tight_layout()
         name = f"reward_vs_{axis}.png"
         fig.savefig(out_dir / name, dpi=110)
         plt.close(fig)
-        files[f"reward vs {AXIS_LABELS[axis]}"] = name
+        files[f"reward vs {axis_label(axis, c.device).split(' (')[0]}"] = name
     fig, panels = plt.subplots(1, len(axes), figsize=(5.2 * len(axes), 4.0), sharey=True, squeeze=False)
     for ax, axis in zip(panels[0], axes):
         _draw(ax, c, axis)

@@ -20,10 +20,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
+from launcher.compare import stats
 from launcher.compare.aggregate import Comparison
 from launcher.compare.metric import eval_keys
 from launcher.compare.online import COMPARE_JOB_TYPE
-from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME
+from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, axis_key, axis_unit
 
 log = logging.getLogger(__name__)
 # our band -> W&B's groupby_rangefunc; W&B has no confidence interval, the standard error is the nearest
@@ -81,7 +82,7 @@ def build_report(wr, c: Comparison, project: str, by: list[str], tables_md: str)
             title=f"{key}{_kind(key, held_out)} vs {x}", x=x, y=[key], groupby_aggfunc="mean", groupby_rangefunc=band
         )
         for key in metrics
-        for x in AXES.values()
+        for x in dict.fromkeys(axis_key(a, key) for a in AXES)
     ]
     if any(r.has(EVAL_TIME) for r in runs):
         panels.append(
@@ -107,7 +108,7 @@ def build_report(wr, c: Comparison, project: str, by: list[str], tables_md: str)
     return wr.Report(
         project=name,
         title=f"rewardflow compare: {', '.join(r.label for r in c.groups)}"[:128],
-        description=f"{c.metric.key}; baseline {c.baseline}; compute axis {AXES[c.settings.axis]}"
+        description=f"{c.metric.key}; baseline {c.baseline}; compute axis {axis_key(c.settings.axis, c.metric.key)}"
         f"{f'; {len(c.warnings)} thin-evidence warnings' if c.warnings else ''}.",
         blocks=[wr.MarkdownBlock(text=tables_md), wr.PanelGrid(runsets=[runset], panels=panels)],
         **kwargs,
@@ -157,7 +158,8 @@ def log_summary_run(
                 "target": c.target,
                 "metric": c.metric.key,
                 "confidence": s.confidence,
-                "interval": s.interval,
+                "interval": stats.METHOD,
+                "axis_unit": axis_unit(s.axis, c.device),
                 "warmup_steps": s.warmup_steps,
             }
         },

@@ -10,10 +10,11 @@ from typing import Any
 
 from launcher.compare import stats
 from launcher.compare.aggregate import Comparison, GroupResult
-from launcher.compare.runs import AXES, AXIS_LABELS, COUNTS, PHASES, STEP_TIME, show
+from launcher.compare.runs import COUNTS, PHASES, STEP_TIME, axis_key, axis_label, axis_unit, show
 from launcher.compare.stats import Estimate
 
 NOT_REACHED = "not reached"
+NO_ESTIMATE = "no estimate"  # a ratio whose interval is unbounded: no number is shown (issue 25)
 BAND_NAMES = {"std": "± std over seeds", "sem": "± standard error over seeds", "minmax": "[min, max] over seeds"}
 
 
@@ -55,8 +56,9 @@ def tested(e: Estimate | None, verdict: str | None, direction: str, fmt=rew) -> 
     return f"{text}, {verdict}"
 
 
-def unit(axis: str) -> str:
-    return {"step": "steps", "wallclock_s": "wall-clock s", "gpu_hours": "GPU-h"}[axis]
+def unit(c: Comparison, axis: str | None = None) -> str:
+    """The unit of ``axis`` (default: the compared one) for these runs: device-s on the CPU, GPU-h on GPUs."""
+    return axis_unit(axis or c.settings.axis, c.device)
 
 
 def window_title(c: Comparison) -> str:
@@ -87,11 +89,12 @@ def _speedup(r: GroupResult, c: Comparison) -> str:
         return "1.00× (baseline)"
     if r.speedup is None:
         return "—"
-    text = f"{r.speedup:.2f}×"
-    if math.isnan(r.speedup_lo):
-        seeds = min(len(r.runs), len(next(g for g in c.groups if g.label == c.baseline).runs))
-        return f"{text} (no interval: {seeds} seed), {stats.UNTESTED}"
-    text += f" [{r.speedup_lo:.2f}, {num(r.speedup_hi, 3) if math.isinf(r.speedup_hi) else f'{r.speedup_hi:.2f}'}]"
+    e = r.differences.get("reach")
+    if e is not None and e.n < 2:
+        return f"{r.speedup:.2f}× (no interval: {e.n} paired seed), {stats.UNTESTED}"
+    if not stats.bounded(e):
+        return f"{NO_ESTIMATE} (interval unbounded)"
+    text = f"{r.speedup:.2f}× [{r.speedup_lo:.2f}, {r.speedup_hi:.2f}]"
     verdict = r.verdicts["reach"]
     if verdict == stats.SIGNIFICANT:
         return f"{text}, {'faster' if r.speedup > 1 else 'slower'}, significant"
@@ -110,7 +113,7 @@ def _span(values: list[int]) -> str:
 
 
 def outcome_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    s, u, key = c.settings, unit(c.settings.axis), c.metric.key
+    s, u, key = c.settings, unit(c), c.metric.key
     held_out = c.metric.held_out
     header = [
         "group",
@@ -163,7 +166,7 @@ def cost_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
         "transformer fwd / step",
         "transformer bwd / step",
         "total wall-clock s",
-        "total GPU-h",
+        f"total {unit(c, 'gpu_hours')}",
     ]
     rows = []
     for r in c.groups:
@@ -181,7 +184,7 @@ def cost_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
 
 
 def runs_table(c: Comparison) -> tuple[list[str], list[list[str]]]:
-    u = unit(c.settings.axis)
+    u = unit(c)
     header = [
         "group",
         "seed",
@@ -230,8 +233,9 @@ def markdown(
         "",
         f"{n_runs} runs in {len(c.groups)} groups from {', '.join(sources)}. "
         f"Model `{context['model.name']}`, reward `{context['reward.name']}`, prompts `{context['data.name']}`. "
-        f"Compute axis: {AXIS_LABELS[s.axis]} (`{AXES[s.axis]}`); figures over seeds are means with "
-        f"{pct(s.confidence)} intervals [low, high]; {band}.",
+        f"Compute axis: {axis_label(s.axis, c.device)} (`{axis_key(s.axis, c.metric.key)}`); figures over seeds are means with "
+        f"{pct(s.confidence)} intervals [low, high] ({stats.METHOD}; times, compute and ratios on the log scale); "
+        f"{band}.",
         "",
         f"Metric: {c.metric.how_chosen}",
         "",
@@ -252,7 +256,7 @@ def markdown(
 
 
 def notes(c: Comparison) -> list[str]:
-    s, u, m = c.settings, unit(c.settings.axis), c.metric
+    s, u, m = c.settings, unit(c), c.metric
     conf = pct(s.confidence)
     smoothing = (
         f"Curves are `{m.key}` at each logged {m.point} (no smoothing)"
@@ -263,20 +267,15 @@ def notes(c: Comparison) -> list[str]:
     out = [
         f"{smoothing}; a run's final value is that curve's last value. Points without a value (skipped updates"
         f"{', steps without an evaluation' if m.held_out else ''}) are left out.",
-        f"Over seeds, each figure is the mean with a {conf} interval: "
-        + {
-            "auto": f"Student's t (mean ± t·s/√n, s the sample std) below {stats.BOOTSTRAP_FROM_SEEDS} seeds, a "
-            f"percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples) from "
-            f"{stats.BOOTSTRAP_FROM_SEEDS} on",
-            "t": "Student's t (mean ± t·s/√n, s the sample std), chosen with --interval t",
-            "bootstrap": f"a percentile bootstrap over seeds ({stats.BOOTSTRAP_SAMPLES} resamples), chosen with "
-            f"--interval bootstrap",
-        }[s.interval]
-        + "; one seed has no interval.",
-        f"Test against the baseline `{c.baseline}`: a difference is *significant* when the two {conf} intervals "
-        f"do not overlap and *not significant* when they do; *untested* when a side has one seed. The test is "
-        f"conservative (two non-overlapping 95% intervals imply p < 0.05, about p < 0.006 for equal errors): "
-        f"*not significant* means not shown, not equal.",
+        f"Over seeds, each figure is the mean with a {conf} interval by {stats.METHOD} (mean ± t·s/√n, s the "
+        f"sample std, t from scipy.stats); times, compute amounts and speedups are positive, so their interval is "
+        f"the t interval of the logs, exponentiated, around the geometric mean (never an end at or below 0). One "
+        f"seed has no interval.",
+        f"Test against the baseline `{c.baseline}`, seed by seed (the same seed gives both the same prompts and "
+        f"first noise): the t test of the per-seed differences (of the log-ratios for compute to reach), its "
+        f"p-value Holm-corrected over the {len(c.groups) - 1} group(s) compared with the baseline; *significant* "
+        f"when the adjusted p < {1 - s.confidence:.2g}, *untested* with fewer than 2 paired seeds. *Not "
+        f"significant* means not shown, not equal.",
         "Group curves: seeds that logged the same steps are averaged step by step, at the seeds' mean compute for "
         "that step; otherwise each seed's curve is linearly interpolated onto the union of the seeds' logged "
         "x-values and a seed that has ended keeps its final value.",
@@ -288,22 +287,30 @@ def notes(c: Comparison) -> list[str]:
         ),
         f"{u} to reach {rew(c.target)} ("
         + (
-            "given with --target"
+            s.target_from
             if s.target is not None
             else f"the lowest final value among the seeds of the baseline `{c.baseline}`, which every one of its seeds "
             f"reached"
         )
-        + f"): per seed, the first point where its curve reaches it (linear between logged points), then the mean "
-        f"over seeds (an interval reaching below 0, as a t-interval over few seeds can, is cut at 0); "
-        f"`{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best value of the group's mean "
-        f"curve). Speedup = the baseline's mean {u} to reach it / the group's (> 1: fewer {u} for the same "
-        f"value); its interval is [baseline low / group high, baseline high / group low], every ratio of values "
-        f"inside the two intervals, so it excludes 1 exactly when the test calls the difference significant.",
+        + f"): per seed, the first point where its curve reaches it (linear between logged points), then the "
+        f"geometric mean over seeds; `{NOT_REACHED} by k of n seeds` when some seeds never got there (with the best "
+        f"value of the group's mean curve). Speedup = the baseline's {u} to reach it / the group's, seed by seed "
+        f"(> 1: fewer {u} for the same value), with the t interval of the log-ratios; `{NO_ESTIMATE}` when that "
+        f"interval is unbounded.",
         f"Per-step timings are means over steps (the first {s.warmup_steps} left out as warm-up), then over seeds; "
         f"transformer passes are counted per sample on the model (a batch of B rows counts B).",
     ]
+    if s.margin is not None:
+        out.append(
+            f"Margin {s.margin:g} (protocol.margin, fixed in every run's config before the runs): the smallest "
+            f"difference that matters; scripts/protocol.py ranks two methods only when their difference is "
+            f"significant and at least this large."
+        )
     if s.axis == "step":
         out.append("On the step axis, compute is the number of steps done (last logged step + 1).")
+    if c.incomplete:
+        how = "compared anyway (--include-unfinished)" if s.include_unfinished else "left out of every figure"
+        out.append(f"Runs not finished, {how}: {'; '.join(i.describe() for i in c.incomplete)}.")
     if c.budget_runs_ended_before:
         out.append(
             f"Runs that ended before the budget count with their final value: {', '.join(c.budget_runs_ended_before)}."
@@ -320,6 +327,7 @@ def _est(e: Estimate | None) -> dict[str, Any] | None:
         "hi": _f(e.hi),
         "n": e.n,
         "interval": e.method,
+        "p": _f(e.p),
         "std": _f(e.std),
         "values": [_f(v) for v in e.values],
     }
@@ -336,15 +344,18 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
     return {
         "settings": {
             "axis": s.axis,
-            "axis_metric": AXES[s.axis],
+            "axis_metric": axis_key(s.axis, c.metric.key),
             "smooth": c.smooth,
             "smooth_given": s.smooth,
             "band": s.band,
             "warmup_steps": s.warmup_steps,
             "budget_given": s.budget,
             "target_given": s.target,
+            "target_from": s.target_from if s.target is not None else None,
+            "margin": s.margin,
             "confidence": s.confidence,
-            "interval": s.interval,
+            "interval": stats.METHOD,
+            "include_unfinished": s.include_unfinished,
             "min_seeds": th.min_seeds,
             "min_points": th.min_points,
             "max_step_cv": th.max_step_cv,
@@ -354,6 +365,9 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
         "context": context,
         "sources": sources,
         "figures": figures,
+        "device": c.device,
+        "axis_unit": unit(c),
+        "incomplete": [{"name": i.run.name, "source": i.run.source, "reason": i.reason} for i in c.incomplete],
         "baseline": c.baseline,
         "budget": c.budget,
         "target": c.target,
@@ -372,6 +386,7 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
                 "speedup": _f(r.speedup),
                 "speedup_interval": [_f(r.speedup_lo), _f(r.speedup_hi)],
                 "verdicts": None if r.label == c.baseline else r.verdicts,
+                "differences": None if r.label == c.baseline else {k: _est(v) for k, v in r.differences.items()},
                 "total": {a: _est(v) for a, v in r.total.items()},
                 "per_step": {k: _est(v) for k, v in r.per_step.items()},
                 "runs": [
@@ -386,6 +401,7 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
                         "window": t.window,
                         "final": t.final,
                         "total": {a: t.total(a) for a in t.x},
+                        "x": {a: [float(v) for v in t.x[a]] for a in t.x},  # where each compared point sits
                     }
                     for t in r.traces
                 ],

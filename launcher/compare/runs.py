@@ -14,11 +14,29 @@ import numpy as np
 REWARD = "reward/mean"
 # compute axes: name on the command line -> logged metric
 AXES = {"step": "step", "wallclock_s": "time/wallclock_s", "gpu_hours": "time/gpu_hours"}
-AXIS_LABELS = {"step": "step", "wallclock_s": "wall-clock (s)", "gpu_hours": "GPU-hours"}
+#: the same axes for held-out evaluations (``eval/*``): the compute before the evaluation, on keys of their own so that
+#: merging an evaluation into the training row of its step (W&B does) cannot move it (docs/evaluation.md)
+EVAL_AXES = {"step": "step", "wallclock_s": "eval/wallclock_s", "gpu_hours": "eval/gpu_hours"}
+DEVICES = ("cpu", "cuda")
 PHASES = ("time/rollout_s", "time/reward_s", "time/update_s")
 STEP_TIME = "time/step_s"
 COUNTS = ("count/transformer_fwd", "count/transformer_bwd")
 ABSENT = object()  # a config key a run does not have
+
+
+#: metrics an evaluation logs: the held-out scores and the validation scores of the same row (eval.val_split)
+EVALUATION_PREFIXES = ("eval/", "val/")
+
+
+def is_evaluation(metric_key: str) -> bool:
+    """Whether ``metric_key`` is logged by an evaluation (``eval/*``, ``val/*``), at the compute before it."""
+    return metric_key.startswith(EVALUATION_PREFIXES)
+
+
+def axis_key(axis: str, metric_key: str) -> str:
+    """The logged x of ``axis`` for the metric ``metric_key``: an evaluation's own compute keys for ``eval/*`` and
+    ``val/*``."""
+    return (EVAL_AXES if is_evaluation(metric_key) else AXES)[axis]
 
 
 @dataclass
@@ -33,6 +51,16 @@ class RunData:
     group: str | None = None  # the W&B group (sweep-<ts> for `rewardflow -m`)
     state: str | None = None  # W&B run state when known (finished, crashed, running...)
     tags: list[str] = field(default_factory=list)
+    placement: dict[str, Any] = field(default_factory=dict)  # the run dir's placement.json, when it has one
+
+    @property
+    def device(self) -> str | None:
+        """``cpu`` or ``cuda``: where the run computed, as the trainer recorded it (launcher/cluster/device_check.py),
+        else an explicit ``model.device``; None when neither says (``model.device=auto`` in an older run)."""
+        for value in (self.placement.get("device"), self.get("placement.device"), self.get("model.device")):
+            if value in DEVICES:
+                return str(value)
+        return None
 
     def series(self, key: str) -> np.ndarray:
         """The metric over the rows as floats; NaN where the row lacks it or logged null (a skipped step)."""
@@ -47,6 +75,28 @@ class RunData:
     @property
     def seed(self) -> Any:
         return self.get("trainer.seed")
+
+
+def axis_scale(axis: str, device: str | None) -> float:
+    """``time/gpu_hours`` is ranks x wall-clock: GPU-hours on GPUs, shown as device-seconds (x 3600) on the CPU."""
+    return 3600.0 if axis == "gpu_hours" and device == "cpu" else 1.0
+
+
+def axis_unit(axis: str, device: str | None) -> str:
+    """The short unit of an axis for table titles: what was measured, never GPU-h for CPU runs."""
+    if axis == "gpu_hours":
+        return {"cpu": "device-s", "cuda": "GPU-h"}.get(device or "", "device-h")
+    return {"step": "steps", "wallclock_s": "wall-clock s"}[axis]
+
+
+def axis_label(axis: str, device: str | None) -> str:
+    """The long name of an axis for figures and the report's first line."""
+    if axis == "gpu_hours":
+        return {
+            "cpu": "device-seconds (CPU processes x wall-clock)",
+            "cuda": "GPU-hours",
+        }.get(device or "", "device-hours (device not recorded: GPUs or CPU processes x wall-clock)")
+    return {"step": "step", "wallclock_s": "wall-clock (s)"}[axis]
 
 
 def _as_float(v: Any) -> float:

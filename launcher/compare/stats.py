@@ -1,164 +1,158 @@
-"""Means over seeds with a confidence interval, and the test that calls a difference significant.
+"""Means over seeds with a confidence interval, paired differences between methods, and Holm's correction.
 
-- :func:`estimate`: the mean of per-seed values with a two-sided interval at ``confidence`` (0.95). Below
-  ``BOOTSTRAP_FROM_SEEDS`` seeds (and with ``--interval t``) it is Student's t interval,
-  ``mean ± t_{(1+c)/2, n-1} · s / sqrt(n)`` with ``s`` the sample standard deviation (ddof 1): exact for normally
-  distributed seed outcomes and honest about small n (2 seeds: t = 12.7). From ``BOOTSTRAP_FROM_SEEDS`` seeds on
-  (and with ``--interval bootstrap``) it is the percentile bootstrap over seeds: resample the seeds with replacement
-  ``BOOTSTRAP_SAMPLES`` times, take the mean of each resample, and the interval is the (1-c)/2 and (1+c)/2 quantiles
-  of those means (Efron & Tibshirani 1993, ch. 13); it assumes no distribution, but under-covers for few seeds,
-  hence t below 10. One seed has no interval.
-- :func:`t_quantile`: exact for integer degrees of freedom, by inverting the closed-form Student t distribution
-  function (Abramowitz & Stegun 26.7.3-26.7.4), so no statistics package is needed.
-- :func:`verdict`: two estimates differ significantly when their intervals do not overlap. This is conservative:
-  non-overlap of two 95% intervals implies a difference at well below the 5% level (about p < 0.006 for equal
-  standard errors), so "not significant" means "not shown", not "equal".
-- :func:`ratio_interval`: every ratio of a value in one interval to a value in the other; it excludes 1 exactly when
-  the two intervals do not overlap, so a speedup's interval and its verdict always agree.
+One interval method everywhere (issue 25): Student's t over seeds, quantiles from ``scipy.stats.t``; no switch to a
+bootstrap at any number of seeds (a percentile bootstrap over 10 seeds under-covers; Efron & Tibshirani 1993,
+ch. 13).
+
+- :func:`estimate`: the mean of per-seed values with a two-sided interval at ``confidence`` (0.95),
+  ``mean ± t_{(1+c)/2, n-1} · s / sqrt(n)`` with ``s`` the sample standard deviation (ddof 1). A quantity that is
+  positive by nature (a time, a compute amount, a ratio: ``positive=True``) gets its interval on the log scale:
+  the t interval of the logs, exponentiated, around the geometric mean, so no end is ever at or below 0. One seed
+  has no interval.
+- :func:`paired`: two methods trained with the same seeds are compared seed by seed: the t interval and the
+  two-sided p-value (``scipy.stats.ttest_1samp``) of the per-seed differences (of the per-seed log-ratios for a
+  positive quantity, so the estimate is a ratio).
+- :func:`holm`: Holm's step-down adjustment of the p-values of the methods compared with one baseline
+  (Holm 1979, Scand. J. Statist. 6:65-70): it holds the family-wise error at ``1 - confidence`` over all methods.
+- :func:`verdict`: ``significant`` when the Holm-adjusted p-value is below ``1 - confidence``.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cache
 
 import numpy as np
+from scipy import stats as sps
 
-INTERVALS = ("auto", "t", "bootstrap")
-BOOTSTRAP_FROM_SEEDS = 10  # --interval auto: t below this many seeds, the bootstrap from here on
-BOOTSTRAP_SAMPLES = 10_000
-BOOTSTRAP_SEED = 0  # fixed, so the same runs always give the same report
+CONFIDENCE = 0.95  # the default confidence of every interval (rewardflow-compare --confidence)
+METHOD = "Student's t over seeds"  # what every page and report states
+LOG_METHOD = "Student's t over seeds on the log scale"
 
 SIGNIFICANT = "significant"
 NOT_SIGNIFICANT = "not significant"
-UNTESTED = "untested"  # a side has one seed: no interval, nothing to test
+UNTESTED = "untested"  # fewer than 2 paired seeds: nothing to test
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A mean over seeds with its interval; ``lo``/``hi`` are NaN when there is none (fewer than 2 seeds)."""
+    """A mean over seeds with its interval; ``lo``/``hi`` are NaN when there is none (fewer than 2 seeds).
+
+    ``method``: ``t``, ``log-t`` (a positive quantity: ``mean`` is the geometric mean) or ``none``. ``p``: for a
+    paired difference, the two-sided p-value of "no difference" (NaN otherwise)."""
 
     mean: float
     lo: float
     hi: float
     n: int
-    method: str  # "t", "bootstrap", or "none"
-    std: float  # sample standard deviation over seeds (ddof 1), NaN below 2 seeds
+    method: str
+    std: float  # sample standard deviation over seeds (ddof 1; of the logs for log-t), NaN below 2 seeds
     values: tuple[float, ...] = ()
+    p: float = math.nan
 
     @property
     def has_interval(self) -> bool:
         return self.method != "none" and math.isfinite(self.lo) and math.isfinite(self.hi)
 
 
-def _two_sided_cdf(t: float, df: int) -> float:
-    """P(|T| <= t) for Student's t with integer ``df`` (Abramowitz & Stegun 26.7.3 odd df, 26.7.4 even df)."""
-    theta = math.atan(t / math.sqrt(df))
-    c2 = math.cos(theta) ** 2
-    total, term = 1.0, 1.0
-    if df % 2:
-        if df == 1:
-            return 2.0 * theta / math.pi
-        for k in range(1, (df - 3) // 2 + 1):
-            term *= c2 * (2 * k) / (2 * k + 1)
-            total += term
-        return 2.0 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
-    for k in range(1, (df - 2) // 2 + 1):
-        term *= c2 * (2 * k - 1) / (2 * k)
-        total += term
-    return math.sin(theta) * total
-
-
-@cache
 def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` >= 1 degrees of freedom, to double precision."""
-    if not 0.5 < p < 1.0 or df < 1 or int(df) != df:
-        raise ValueError(f"t_quantile needs 0.5 < p < 1 and an integer df >= 1 (got p={p}, df={df})")
-    coverage = 2.0 * p - 1.0  # P(|T| <= q) = 2p - 1
-    lo, hi = 0.0, 1.0
-    while _two_sided_cdf(hi, int(df)) < coverage:
-        hi *= 2.0
-    for _ in range(200):  # bisection: the distribution function is increasing in t
-        mid = 0.5 * (lo + hi)
-        if mid in (lo, hi):
-            break
-        if _two_sided_cdf(mid, int(df)) < coverage:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (``scipy.stats.t.ppf``)."""
+    if not 0.5 < p < 1.0 or df < 1:
+        raise ValueError(f"t_quantile needs 0.5 < p < 1 and df >= 1 (got p={p}, df={df})")
+    return float(sps.t.ppf(p, df))
 
 
-def interval_method(n: int, interval: str) -> str:
-    if interval not in INTERVALS:
-        raise ValueError(f"interval must be one of {INTERVALS} (got {interval!r})")
-    if n < 2:
-        return "none"
-    if interval == "auto":
-        return "t" if n < BOOTSTRAP_FROM_SEEDS else "bootstrap"
-    return interval
+def _finite(values) -> np.ndarray:
+    return np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
 
 
-def estimate(values, confidence: float = 0.95, interval: str = "auto") -> Estimate:
-    """Mean of the finite ``values`` (one per seed) with a two-sided ``confidence`` interval (see the module doc)."""
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
+def _t(v: np.ndarray, confidence: float) -> tuple[float, float, float, float]:
+    """mean, lo, hi, std of the t interval of ``v`` (n >= 2)."""
+    mean, std = float(v.mean()), float(v.std(ddof=1))
+    half = t_quantile((1.0 + confidence) / 2.0, len(v) - 1) * std / math.sqrt(len(v))
+    return mean, mean - half, mean + half, std
+
+
+def estimate(values, confidence: float = CONFIDENCE, positive: bool = False) -> Estimate:
+    """Mean of the finite ``values`` (one per seed) with a two-sided ``confidence`` t interval; ``positive``: on the
+    log scale (every value must be > 0)."""
+    v = _finite(values)
     n = len(v)
     if n == 0:
         return Estimate(math.nan, math.nan, math.nan, 0, "none", math.nan)
-    mean = float(v.mean())
-    std = float(v.std(ddof=1)) if n > 1 else math.nan
-    method = interval_method(n, interval)
-    if method == "t":
-        half = t_quantile((1.0 + confidence) / 2.0, n - 1) * std / math.sqrt(n)
-        lo, hi = mean - half, mean + half
-    elif method == "bootstrap":
-        lo, hi = bootstrap_interval(v, confidence)
-    else:
-        lo = hi = math.nan
-    return Estimate(mean, lo, hi, n, method, std, tuple(v.tolist()))
+    if positive and (v <= 0).any():
+        raise ValueError(f"a positive quantity has a value <= 0 ({v.min():g}); its log-scale interval is undefined")
+    if n == 1:
+        return Estimate(float(v[0]), math.nan, math.nan, 1, "none", math.nan, (float(v[0]),))
+    if positive:
+        mean, lo, hi, std = _t(np.log(v), confidence)
+        return Estimate(math.exp(mean), math.exp(lo), math.exp(hi), n, "log-t", std, tuple(v.tolist()))
+    mean, lo, hi, std = _t(v, confidence)
+    return Estimate(mean, lo, hi, n, "t", std, tuple(v.tolist()))
 
 
-def bootstrap_interval(values: np.ndarray, confidence: float) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean over seeds."""
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    idx = rng.integers(0, len(values), size=(BOOTSTRAP_SAMPLES, len(values)))
-    means = values[idx].mean(axis=1)
-    lo, hi = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0])
-    return float(lo), float(hi)
-
-
-def curve_interval(ys: np.ndarray, confidence: float = 0.95, interval: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """Pointwise interval of the mean over seeds of ``ys`` (seeds x points), by the same rule as :func:`estimate`."""
+def curve_interval(ys: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, np.ndarray]:
+    """Pointwise t interval of the mean over seeds of ``ys`` (seeds x points)."""
     n = len(ys)
     mean = ys.mean(axis=0)
-    method = interval_method(n, interval)
-    if method == "none":
+    if n < 2:
         return mean.copy(), mean.copy()
-    if method == "t":
-        half = t_quantile((1.0 + confidence) / 2.0, n - 1) * ys.std(axis=0, ddof=1) / math.sqrt(n)
-        return mean - half, mean + half
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    idx = rng.integers(0, n, size=(BOOTSTRAP_SAMPLES, n))
-    means = ys[idx].mean(axis=1)  # resamples x points
-    lo, hi = np.quantile(means, [(1.0 - confidence) / 2.0, (1.0 + confidence) / 2.0], axis=0)
-    return lo, hi
+    half = t_quantile((1.0 + confidence) / 2.0, n - 1) * ys.std(axis=0, ddof=1) / math.sqrt(n)
+    return mean - half, mean + half
 
 
-def verdict(a: Estimate, b: Estimate) -> str:
-    """``significant`` when the intervals of ``a`` and ``b`` do not overlap, ``not significant`` when they do,
-    ``untested`` when either has no interval."""
-    if not (a.has_interval and b.has_interval):
+def paired(a: dict, b: dict, confidence: float = CONFIDENCE, ratio: bool = False) -> Estimate:
+    """``a - b`` seed by seed (``ratio``: ``a / b``, on the log scale) over the seeds both have (dicts seed ->
+    value), with its t interval and the two-sided p-value of no difference."""
+    seeds = [s for s in a if s in b and _ok(a[s], ratio) and _ok(b[s], ratio)]
+    if ratio:
+        d = np.array([math.log(a[s] / b[s]) for s in seeds], dtype=np.float64)
+    else:
+        d = np.array([a[s] - b[s] for s in seeds], dtype=np.float64)
+    values = tuple(np.exp(d).tolist() if ratio else d.tolist())
+    if len(d) < 2:
+        mean = (math.exp(d[0]) if ratio else float(d[0])) if len(d) else math.nan
+        return Estimate(mean, math.nan, math.nan, len(d), "none", math.nan, values)
+    mean, lo, hi, std = _t(d, confidence)
+    if std == 0.0:  # identical differences: certain when non-zero (scipy returns NaN here)
+        p = 1.0 if mean == 0.0 else 0.0
+    else:
+        p = float(sps.ttest_1samp(d, 0.0).pvalue)
+    if ratio:
+        mean, lo, hi = math.exp(mean), math.exp(lo), math.exp(hi)
+    return Estimate(mean, lo, hi, len(d), "log-t" if ratio else "t", std, values, p)
+
+
+def _ok(x, ratio: bool) -> bool:
+    return x is not None and math.isfinite(x) and (x > 0 or not ratio)
+
+
+def holm(pvalues: list[float]) -> list[float]:
+    """Holm-adjusted p-values, in the order given; NaN (untested) stays NaN and does not count in the family.
+
+    Sorted ascending, the i-th (0-based) of m is multiplied by m - i, then made non-decreasing and cut at 1."""
+    tested = sorted((p, i) for i, p in enumerate(pvalues) if math.isfinite(p))
+    m = len(tested)
+    out = [math.nan] * len(pvalues)
+    running = 0.0
+    for rank, (p, i) in enumerate(tested):
+        running = max(running, min(1.0, (m - rank) * p))
+        out[i] = running
+    return out
+
+
+def verdict(p_adjusted: float, confidence: float = CONFIDENCE) -> str:
+    """``significant`` when the Holm-adjusted p-value is below ``1 - confidence``; ``untested`` without one."""
+    if not math.isfinite(p_adjusted):
         return UNTESTED
-    overlap = a.lo <= b.hi and b.lo <= a.hi
-    return NOT_SIGNIFICANT if overlap else SIGNIFICANT
+    return SIGNIFICANT if p_adjusted < 1.0 - confidence else NOT_SIGNIFICANT
 
 
-def ratio_interval(num: Estimate, den: Estimate) -> tuple[float, float]:
-    """[num.lo / den.hi, num.hi / den.lo] for positive quantities (compute amounts); a bound at or below zero in the
-    denominator makes the upper end infinite. NaN when either side has no interval."""
-    if not (num.has_interval and den.has_interval):
-        return math.nan, math.nan
-    lo = max(num.lo, 0.0) / den.hi if den.hi > 0 else math.inf
-    hi = num.hi / den.lo if den.lo > 0 else math.inf
-    return lo, hi
+def bounded(e: Estimate | None) -> bool:
+    """An estimate worth printing as a number: a finite mean and, when it has an interval, finite positive ends for
+    a ratio. A ratio whose interval is unbounded (or reaches 0) is "no estimate" (report.py)."""
+    if e is None or not math.isfinite(e.mean):
+        return False
+    if e.method == "log-t":
+        return 0.0 < e.lo and math.isfinite(e.hi)
+    return True

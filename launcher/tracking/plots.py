@@ -22,6 +22,12 @@ def _written_whole(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def sample_order(n: int, group_size: int) -> list[int]:
+    """Indices of a step's ``n`` samples for its image grid: one per prompt first (the groups' first members), then
+    the rest, so that a grid cut short still shows every prompt."""
+    return list(range(0, n, group_size)) + [i for i in range(n) if i % group_size]
+
+
 def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Path:
     """Save (B, 3, H, W) images in [0, 1] as one PNG grid (upscaled so tiny images stay visible); videos
     (B, F, 3, H, W) show their middle frame."""
@@ -63,7 +69,7 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
         ax.grid(alpha=0.3)
     evals = [r for r in history if eval_key and r.get(eval_key) is not None]
     if evals:
-        for ax, x in ((axes[0], [r["step"] for r in evals]), (axes[1], [r["time/wallclock_s"] for r in evals])):
+        for ax, x in ((axes[0], [r["step"] for r in evals]), (axes[1], [r["eval/wallclock_s"] for r in evals])):
             ax.plot(x, [r[eval_key] for r in evals], "o-", color="C1", lw=1.2, ms=4, label=f"{eval_key} (held out)")
         axes[0].legend(loc="lower right", fontsize=8)
     axes[0].set_ylabel("reward (mean ± std over samples)")

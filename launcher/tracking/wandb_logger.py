@@ -24,7 +24,8 @@ from rewardflow.errors import ConfigError, ConfigErrors
 
 log = logging.getLogger(__name__)
 
-COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours")
+#: an evaluation's compute is on keys of its own: W&B merges it into the training row of its step (docs/evaluation.md)
+COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours", "eval/wallclock_s", "eval/gpu_hours")
 DEFAULT_PROJECT = "rewardflow"
 MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 
@@ -92,7 +93,8 @@ def resolve_mode(mode: str) -> tuple[str, str]:
 
 class WandbLogger:
     """Thin wrapper over a ``wandb`` run, built from its typed config (:class:`WandbLoggerConfig`) and the run's
-    names (the trainer picks ``group``, ``tags`` and ``run_name`` from the config or the sweep). ``run_id`` resumes
+    names (the trainer picks ``group``, ``tags``, ``run_name`` and ``job_type`` from the config, W&B's variables or
+    the sweep: launcher/tracking/run_names.py). ``run_id`` resumes
     an existing run (same id, no duplicated steps)."""
 
     def __init__(
@@ -104,6 +106,7 @@ class WandbLogger:
         tags: list[str] | None = None,
         run_name: str | None = None,
         run_id: str | None = None,
+        job_type: str | None = None,
     ):
         import wandb
 
@@ -123,6 +126,7 @@ class WandbLogger:
             group=group,
             tags=list(tags or []),
             name=run_name,
+            job_type=job_type,
             id=run_id,
             resume="allow" if run_id else None,
             reinit="finish_previous",

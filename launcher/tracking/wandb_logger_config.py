@@ -21,9 +21,9 @@ class WandbLoggerConfig:
     project: Optional[str] = None  # None: WANDB_PROJECT (or a W&B settings file), else "rewardflow"
     entity: Optional[str] = None  # None: WANDB_ENTITY (or a W&B settings file), else the account's default
     mode: WandbMode = WandbMode.auto
-    group: Optional[str] = None  # default: the sweep name for -m runs, else the method name
-    tags: list[str] = field(default_factory=list)
-    run_name: Optional[str] = None  # default: built from the command-line overrides
+    group: Optional[str] = None  # default: WANDB_RUN_GROUP, else the sweep's for -m runs, else none
+    tags: list[str] = field(default_factory=list)  # added to WANDB_TAGS and the method, model and reward
+    run_name: Optional[str] = None  # default: WANDB_NAME, else the overrides read plainly ("jagg seed=0 lr=0.0003")
     log_images: bool = True
 
 

@@ -19,16 +19,20 @@ from rewardflow.prompts import load_prompts
 SPLIT_SEED = 0
 
 
-def split_prompts(prompts: list[str], held_out: int) -> tuple[list[str], list[str]]:
+def split_prompts(prompts: list[str], held_out: int, key: str = "eval.split") -> tuple[list[str], list[str]]:
     """``(train, held_out)``: ``held_out`` prompts drawn by a fixed permutation (not ``trainer.seed``), both parts
     in file order. The split depends only on the prompt list and N, so turning evaluation on or off, or changing the
-    seed, never changes the training prompts."""
+    seed, never changes the training prompts. ``key``: the config key that set N, for the error message."""
     if held_out <= 0:
         return list(prompts), []
     if held_out >= len(prompts):
+        if key == "eval.split":
+            raise ConfigError(
+                f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
+                f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt"
+            )
         raise ConfigError(
-            f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
-            f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt"
+            f"{key}={held_out} takes every one of the {len(prompts)} prompts it splits. Fix: a smaller {key}"
         )
     order = torch.randperm(len(prompts), generator=torch.Generator().manual_seed(SPLIT_SEED)).tolist()
     chosen = set(order[:held_out])

@@ -5,6 +5,11 @@
 Flow-GRPO / Flash-GRPO evaluate and export EMA weights; here ``eval.use_ema`` evaluates them and
 ``trainer.export_ema`` exports them.
 
+``trainer.ema_warmup`` ramps the decay in as flow_grpo/ema.py's ``EMAModuleWrapper.get_current_decay`` does (the
+EMA NVlabs/DiffusionNFT evaluates and saves): the s-th update (s = 1, 2, ...) uses ``min((1 + s) / (10 + s), decay)``,
+so the first updates follow the weights closely instead of averaging them with the pretrained start
+(docs/methods/diffusion_nft.md#evaluation-with-the-ema).
+
 Only the trainable parameters are averaged (the LoRA adapter, or every transformer weight when fine-tuning fully),
 as clones of the parameters themselves: under FSDP2 a parameter is a sharded ``DTensor``, so its average is the same
 shard on the same rank, never gathered. The averages are a state dict keyed by parameter name, saved in the DCP
@@ -21,6 +26,9 @@ from torch import nn
 from torch.optim.swa_utils import get_ema_multi_avg_fn
 
 from rewardflow.errors import ConfigErrors
+
+#: the state-dict entry of the warmup's update count (no parameter is named so: parameter names hold no dunder)
+UPDATES_KEY = "__ema_updates__"
 
 
 class ParameterEMA:
@@ -40,8 +48,13 @@ class ParameterEMA:
             "trainer.export_ema",
             "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or trainer.export_ema=false",
         )
+        errors.require(
+            not t.ema_warmup or t.ema_decay > 0,
+            "trainer.ema_warmup",
+            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.9 (for example), or trainer.ema_warmup=false",
+        )
 
-    def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float):
+    def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float, warmup: bool = False):
         if not 0.0 < decay < 1.0:
             raise ValueError(f"trainer.ema_decay must be in (0, 1) (got {decay}); 0 turns the EMA off")
         names = {id(p): n for n, p in model.named_parameters()}
@@ -50,10 +63,22 @@ class ParameterEMA:
         self.decay = float(decay)
         self.averages = [p.detach().clone() for p in self.params]
         self._update = get_ema_multi_avg_fn(self.decay)
+        self.warmup = bool(warmup)
+        # updates so far: the warmup's s, saved with the averages so that a resumed run continues the ramp
+        self.updates = torch.zeros((), dtype=torch.int64)
+
+    def current_decay(self) -> float:
+        """The decay of the next update: ``decay``, or with warmup ``min((1 + s) / (10 + s), decay)`` for the s-th."""
+        if not self.warmup:
+            return self.decay
+        s = int(self.updates) + 1
+        return min((1 + s) / (10 + s), self.decay)
 
     def update(self) -> None:
         """Fold the current weights into the averages (call after every optimizer step)."""
-        self._update(self.averages, [p.detach() for p in self.params], None)
+        update = self._update if not self.warmup else get_ema_multi_avg_fn(self.current_decay())
+        update(self.averages, [p.detach() for p in self.params], None)
+        self.updates += 1
 
     @contextlib.contextmanager
     def applied(self) -> Iterator[None]:
@@ -71,12 +96,15 @@ class ParameterEMA:
                     p.copy_(w)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return dict(zip(self.names, self.averages))
+        # the update count only with warmup, so checkpoints of a plain EMA keep their earlier layout
+        return {**dict(zip(self.names, self.averages)), **({UPDATES_KEY: self.updates} if self.warmup else {})}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        missing = [n for n in self.names if n not in state]
+        missing = [n for n in [*self.names, *([UPDATES_KEY] if self.warmup else [])] if n not in state]
         if missing:
-            raise KeyError(f"the EMA state lacks {len(missing)} parameter(s), e.g. {missing[0]}")
+            raise KeyError(f"the EMA state lacks {len(missing)} entr(ies), e.g. {missing[0]}")
         with torch.no_grad():
             for name, avg in zip(self.names, self.averages):
                 avg.copy_(state[name])
+            if self.warmup:
+                self.updates.copy_(state[UPDATES_KEY])

@@ -9,7 +9,9 @@ two methods' training curves are not measured alike. The evaluation scores every
   only, so the same for every method, seed and step (:func:`noise_seed`);
 - **sampler**: the family's deterministic ODE sampler with its inference steps and guidance (``eval.sampling_steps``,
   ``eval.guidance``; :mod:`methods.family_sampler`), never the method's training sampler;
-- **rewards**: the trained reward and ``eval.rewards``, scored without gradients (:meth:`rewards.base.Reward.evaluate`).
+- **rewards**: the trained reward and ``eval.rewards``, scored without gradients (:meth:`rewards.base.Reward.evaluate`);
+- **validation**: ``eval.val_split=N`` also scores N of the training prompts the same way, as ``val/<reward>/mean``:
+  a protocol picks its learning rate on them and reports the held-out score (docs/comparing.md#comparison-protocol).
 
 Evaluation ``k`` measures the model after ``k`` training steps: ``k = 0`` (the base model), every ``eval.every``
 steps, and ``k = trainer.steps`` (the end). Its row in ``metrics.jsonl`` has ``step = k``, ``eval/<reward>/mean``
@@ -63,6 +65,18 @@ def held_out_prompts(cfg: Any) -> list[str]:
     return []
 
 
+def validation_prompts(cfg: Any) -> list[str]:
+    """The ``eval.val_split`` validation prompts: a fixed subset of the training prompts (the data prompts less the
+    ``eval.split`` held-out ones, :func:`launcher.train.data.split_prompts`), so disjoint from the held-out prompts
+    and trained on; empty when ``eval.val_split=0``."""
+    n = int(cfg.eval.val_split)
+    if n <= 0:
+        return []
+    data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
+    train = split_prompts(data, int(cfg.eval.split))[0]
+    return split_prompts(train, n, key="eval.val_split")[1]
+
+
 def noise_seed(prompt: str, index: int) -> int:
     """Seed of the initial latent of sample ``index`` of ``prompt``: a function of the two only (not of the method,
     the run's seed, the step or the prompt's position in the list)."""
@@ -88,7 +102,7 @@ class Evaluator:
         components' own): ``cfg`` is the run's typed config. The rewards are checked on the held-out prompts only
         when nothing else failed (their own checks have then passed on the training prompts)."""
         e, clean = cfg.eval, not errors.messages
-        for key in ("every", "split"):
+        for key in ("every", "split", "val_split"):
             errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
         errors.require(
             e.prompts is None or not e.split,
@@ -101,9 +115,16 @@ class Evaluator:
             "eval.use_ema",
             "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or eval.use_ema=false",
         )
+        errors.require(
+            not e.val_split or e.every > 0,
+            "eval.val_split",
+            f"{e.val_split} scores training prompts at each evaluation, and eval.every=0 runs none. Fix: "
+            f"eval.every=N (with held-out prompts), or eval.val_split=0",
+        )
         prompts = None
         with errors.collect():
             prompts = held_out_prompts(cfg)  # also checks eval.split against the data prompts
+            validation_prompts(cfg)  # and eval.val_split against the training prompts
         if not e.every or prompts is None:
             return
         for key in ("samples_per_prompt", "batch_size"):
@@ -172,6 +193,7 @@ class Evaluator:
         self.prompts = held_out_prompts(cfg)
         # sample-major order: the first len(prompts) items are one sample of every prompt (the image grid)
         self.items = [(p, j) for j in range(int(e.samples_per_prompt)) for p in self.prompts]
+        self.val_items = [(p, j) for j in range(int(e.samples_per_prompt)) for p in validation_prompts(cfg)]
         self.grid_size = min(int(cfg.trainer.num_sample_images), len(self.items))
         self.sigmas = family_sigmas(backbone, int(e.sampling_steps))
         device = backbone.device
@@ -191,16 +213,21 @@ class Evaluator:
         t0 = time.perf_counter()
         weights = self.ema.applied() if self.ema is not None else contextlib.nullcontext()
         with weights:
-            scores, grid = self._sample_and_score()
+            scores, grid = self._sample_and_score(self.items, self.grid_size)
+            val_scores = self._sample_and_score(self.val_items, 0)[0] if self.val_items else {}
         row: dict[str, float] = {"step": step}
-        for name, values in scores.items():
-            row[f"eval/{name}/mean"] = float(values.mean())
-            row[f"eval/{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
+        for prefix, by_name in (("eval", scores), ("val", val_scores)):
+            for name, values in by_name.items():
+                row[f"{prefix}/{name}/mean"] = float(values.mean())
+                row[f"{prefix}/{name}/std"] = float(values.std()) if values.numel() > 1 else 0.0
         row.update(
             {
                 "time/eval_s": time.perf_counter() - t0,
-                "time/wallclock_s": wallclock_s,
-                "time/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
+                # keys of their own: W&B and rewardflow-compare merge an evaluation with the training row of its
+                # step, whose time/* axes hold the compute after that step (docs/evaluation.md#what-a-run-logs);
+                # the validation scores (val/*) of the same row sit at the same compute
+                "eval/wallclock_s": wallclock_s,
+                "eval/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
             }
         )
         self.last_done = step
@@ -210,18 +237,18 @@ class Evaluator:
             log.info(
                 "evaluation after %d steps: %s (%.1f s)",
                 step,
-                ", ".join(f"{n} {row[f'eval/{n}/mean']:.4f}" for n in scores),
+                ", ".join(f"{k.removesuffix('/mean')} {v:.4f}" for k, v in row.items() if k.endswith("/mean")),
                 row["time/eval_s"],
             )
         return row
 
     # -- internals ------------------------------------------------------------------------------------------------
-    def _my_share(self) -> list[int]:
-        """This rank's item indices, padded (with its last index, whose scores are dropped) to the same length on
-        every rank, so all ranks run the same number of sharded forwards."""
+    def _my_share(self, n: int) -> list[int]:
+        """This rank's indices of ``n`` items, padded (with its last index, whose scores are dropped) to the same
+        length on every rank, so all ranks run the same number of sharded forwards."""
         rank, world = self.world.rank, self.world.world_size
-        per_rank = math.ceil(len(self.items) / world)
-        mine = list(range(rank, len(self.items), world))
+        per_rank = math.ceil(n / world)
+        mine = list(range(rank, n, world))
         return mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
 
     def _initial_noise(self, items: list[tuple[str, int]]) -> torch.Tensor:
@@ -230,11 +257,14 @@ class Evaluator:
         )
 
     @torch.no_grad()
-    def _sample_and_score(self) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]]]:
-        """Scores by reward name (float64, in item order, gathered from every rank) and the grid's images."""
+    def _sample_and_score(
+        self, all_items: list[tuple[str, int]], grid_size: int
+    ) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]]]:
+        """Scores of ``all_items`` by reward name (float64, in item order, gathered from every rank) and the images
+        of the first ``grid_size`` items (the grid)."""
         bb = self.backbone
-        share = self._my_share()
-        real = len(range(self.world.rank, len(self.items), self.world.world_size))
+        share = self._my_share(len(all_items))
+        real = len(range(self.world.rank, len(all_items), self.world.world_size))
         mine: dict[str, list[float]] = {n: [] for n in self.rewards}
         grid: list[tuple[int, torch.Tensor]] = []
         was_training = bb.transformer.training
@@ -244,14 +274,14 @@ class Evaluator:
             with torch.random.fork_rng(devices=cuda), bb.guidance_override(self.guidance):
                 for start in range(0, len(share), self.batch_size):
                     idx = share[start : start + self.batch_size]
-                    items = [self.items[i] for i in idx]
+                    items = [all_items[i] for i in idx]
                     prompts = [p for p, _ in items]
                     latents = family_ode_sample(bb, bb.encode_prompts(prompts), self._initial_noise(items), self.sigmas)
                     images = bb.decode(latents).float()
                     for name, reward in self.rewards.items():
                         mine[name] += reward.evaluate(images, prompts).double().cpu().tolist()
                     for k, i in enumerate(idx):
-                        if i < self.grid_size and start + k < real:
+                        if i < grid_size and start + k < real:
                             grid.append((i, _grid_image(images[k])))
         finally:
             bb.transformer.train(was_training)
@@ -260,7 +290,7 @@ class Evaluator:
         scores = {}
         for name in self.rewards:
             by_item = dict(pair for part, _ in gathered for pair in part[name])
-            scores[name] = torch.tensor([by_item[i] for i in range(len(self.items))], dtype=torch.float64)
+            scores[name] = torch.tensor([by_item[i] for i in range(len(all_items))], dtype=torch.float64)
         return scores, sorted((pair for _, part in gathered for pair in part), key=lambda t: t[0])
 
     def _log_grid(self, step: int, grid: list[tuple[int, torch.Tensor]], scores: dict[str, torch.Tensor]) -> None:

@@ -23,8 +23,14 @@ from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LR
 from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 
-#: keys of ``optimizer`` that configure the schedule, not the optimizer's constructor
-SCHEDULE_KEYS = ("scheduler", "warmup_steps")
+#: keys of ``optimizer`` that are not the optimizer constructor's: the schedule's, and the rate's multiplier
+SCHEDULE_KEYS = ("scheduler", "warmup_steps", "lr_scale")
+
+
+def base_lr(cfg: Any) -> float:
+    """The rate the optimizer is built with: ``optimizer.lr x optimizer.lr_scale`` (the protocol's grid multiplies
+    every method's own rate; docs/comparing.md#comparison-protocol)."""
+    return float(cfg.lr) * float(cfg.lr_scale)
 
 
 def check(cfg: Any, errors: ConfigErrors) -> None:
@@ -51,9 +57,9 @@ def check(cfg: Any, errors: ConfigErrors) -> None:
 
 
 def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-    """``optimizer`` (a Hydra partial, e.g. AdamW) over ``params``, without the schedule keys."""
+    """``optimizer`` (a Hydra partial, e.g. AdamW) over ``params`` at :func:`base_lr`, without the schedule keys."""
     keys = [str(k) for k in cfg.keys() if k not in SCHEDULE_KEYS]
-    return instantiate(OmegaConf.masked_copy(cfg, keys))(params)
+    return instantiate(OmegaConf.masked_copy(cfg, keys))(params, lr=base_lr(cfg))
 
 
 def build_lr_schedule(optimizer: torch.optim.Optimizer, cfg: DictConfig, steps: int) -> LRScheduler:
@@ -72,7 +78,7 @@ def rebase(optimizer: torch.optim.Optimizer, schedule: LRScheduler, cfg: DictCon
     """After loading another run's checkpoint (``trainer.resume_from``): this run's ``optimizer.lr`` and other
     hyperparameters replace the ones the checkpoint's optimizer and schedule state brought back, at the same point of
     the schedule (every schedule here is proportional to the base rate, so the rates are scaled by new / old)."""
-    new_lr = float(cfg.lr)
+    new_lr = base_lr(cfg)
     for group in optimizer.param_groups:
         old = float(group.get("initial_lr", group["lr"]))
         group["lr"] = group["lr"] * new_lr / old if old else new_lr

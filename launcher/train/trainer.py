@@ -21,14 +21,16 @@ from launcher.checkpoint import preemption, run_identity
 from launcher.checkpoint.manager import CheckpointManager
 from launcher.checkpoint.resume import copy_history, load_start_point
 from launcher.checkpoint.run_lock import lock_run_dir
-from launcher.cluster.device_check import default_threads, placement, rank_and_world_size
+from launcher.cluster.device_check import default_threads, placement, placement_record, rank_and_world_size
 from launcher.cluster.mesh import build_mesh, describe
 from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
 from launcher.plan.fixes import check_at_start
+from launcher.tracking import placement_file
 from launcher.tracking.phase_timer import PhaseTimer
-from launcher.tracking.plots import plot_reward_curve, save_image_grid
+from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
 from launcher.tracking.run_logger import RunLogger
+from launcher.tracking.run_names import dashboard_names
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
 from launcher.train.evaluation import Evaluator, held_out_prompts
@@ -121,7 +123,11 @@ class Trainer:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
         self.optimizer = build_optimizer(cfg.optimizer, self.params)
         self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
-        self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay)) if t.ema_decay else None
+        self.ema = (
+            ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay), bool(t.ema_warmup))
+            if t.ema_decay
+            else None
+        )
         self.updates = UpdateLoop(
             self.method, self.optimizer, self.params, float(t.max_grad_norm), after_step=self._update_ema
         )
@@ -142,6 +148,7 @@ class Trainer:
         self.health.start()  # the weights' norm the run starts (or resumes) from
         if self.world.is_main:  # the run dir now belongs to this run (launcher/checkpoint/run_identity.py)
             run_identity.write(info.run_dir, cfg, info.overrides)
+            self.placement = placement_file.write(info.run_dir, placement_record(cfg, self.world.world_size))
         self.logger = RunLogger(
             info.run_dir,
             self._build_backend(wandb_id) if self.world.is_main else None,
@@ -194,7 +201,8 @@ class Trainer:
             return None if earlier.is_file() and earlier.stat().st_size else wandb_id
         if self.ema is not None and "ema" not in start.meta.get("states", []):
             log.warning("checkpoint %s holds no EMA of the weights: the EMA restarts from them", start.checkpoint)
-            self.ema = ParameterEMA(self.backbone.transformer, self.params, float(self.cfg.trainer.ema_decay))
+            t = self.cfg.trainer
+            self.ema = ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay), bool(t.ema_warmup))
         self.start_step = int(start.meta["step"]) + 1
         self.wallclock = float(start.meta.get("wallclock_s", 0.0))
         log.info("resuming at step %d from %s", self.start_step, start.checkpoint)
@@ -232,19 +240,20 @@ class Trainer:
         lcfg = self.cfg.logger
         if lcfg.get("_target_") is None:
             return None
-        tags = list(
-            dict.fromkeys(
-                [self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name, *self.info.tags, *lcfg.tags]
-            )
-        )
+        defaults = [self.cfg.method.name, self.cfg.model.name, self.cfg.reward.name, *self.info.tags]
+        names = dashboard_names(lcfg, defaults, self.info.group, self.info.run_name)  # W&B's variables honoured
         backend = build(
             lcfg,
             "logger",
             run_dir=self.info.run_dir,
-            run_config=OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),
-            group=lcfg.group or self.info.group or self.cfg.method.name,
-            tags=tags,
-            run_name=lcfg.run_name or self.info.run_name,
+            run_config={
+                **OmegaConf.to_container(self.cfg, resolve=True, enum_to_str=True),  # type: ignore[dict-item]
+                "placement": self.placement,  # what rewardflow-compare labels its compute axis by
+            },
+            group=names.group,
+            tags=names.tags,
+            run_name=names.name,
+            job_type=names.job_type,
             run_id=run_id,
         )
         self._wandb_id_file().write_text(backend.run_id + "\n")  # a restart before any checkpoint reuses it
@@ -335,11 +344,7 @@ class Trainer:
         return bool(every) and self.world.is_main and (step % every == 0 or step == last)
 
     def _log_samples(self, rollout, step: int) -> None:
-        g = int(self.cfg.method.group_size)
-        k = min(self.cfg.trainer.num_sample_images, len(rollout))
-        # one image per prompt first (the groups' first members), then the rest, so grids show the prompts
-        order = list(range(0, len(rollout), g)) + [i for i in range(len(rollout)) if i % g]
-        idx = order[:k]
+        idx = sample_order(len(rollout), int(self.cfg.method.group_size))[: self.cfg.trainer.num_sample_images]
         path = save_image_grid(rollout.images[idx], self.info.run_dir / "samples" / f"step_{step:05d}.png")
         caption = " | ".join(f"{rollout.prompts[i]} ({float(rollout.rewards[i]):.3f})" for i in idx)
         self.logger.log_image("samples", path, step, caption)

@@ -30,6 +30,8 @@ class TrainerConfig:
     export: bool = True  # at the end, write <run_dir>/export/ in the format diffusers / peft load
     ema_decay: float = 0.0  # EMA of the trainable weights, every optimizer step; 0 = off (DanceGRPO: 0.995)
     export_ema: bool = False  # export the EMA weights instead of the trained ones (needs ema_decay > 0)
+    ema_warmup: bool = False  # ramp the decay in: min((1 + s) / (10 + s), ema_decay) at the s-th update, as
+    # flow_grpo/ema.py (DiffusionNFT's EMA; launcher/train/ema.py)
 
 
 class LRSchedule(StrEnum):
@@ -46,6 +48,9 @@ class OptimizerConfig:
     _partial_: bool = True
     # finite, > 0; default: the method's recipe rate for the run's fine-tuning mode (method.recipe_lr)
     lr: float = II("method.recipe_lr.${model.finetune}")
+    # the rate used is lr x lr_scale: a sweep of lr_scale is the same grid around every method's own lr
+    # (docs/comparing.md#comparison-protocol); finite, > 0
+    lr_scale: float = 1.0
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # two, each in [0, 1)
     weight_decay: float = 1e-4  # finite, >= 0 (0: none)
     eps: float = 1e-8  # finite, > 0

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import numpy as np
 
@@ -24,12 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from claim_studies.verdicts import INCONCLUSIVE, NOT_SHOWN, REFUTED, REPRODUCED, VERDICTS, agreed  # noqa: E402,F401
 from launcher.compare.stats import Estimate, curve_interval, estimate  # noqa: E402
 
-REPRODUCED = "reproduced"
-NOT_REPRODUCED = "not reproduced"
-INCONCLUSIVE = "inconclusive at this scale"
-VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
 MIN_SEEDS = 5  # fewer seeds per variant give no verdict, whatever their intervals say
 DEFAULT_SEEDS = [0, 1, 2, 3, 4]  # training seeds of every compared variant (scripts/claims.py --seeds)
 
@@ -150,13 +147,6 @@ def as_dict(e: Estimate) -> dict:
 def stats_json(stats: dict) -> dict:
     """JSON form of per-variant statistics (variant -> name -> an estimate or a plain value)."""
     return {v: {k: (as_dict(x) if hasattr(x, "mean") else x) for k, x in s.items()} for v, s in stats.items()}
-
-
-def agreed(verdicts: Iterable[str]) -> str:
-    """One word for a claim tested in parts (testbeds, reward scales): the verdict every part that met its
-    precondition agrees on, else (parts disagree, or none was tested) inconclusive."""
-    tested = set(verdicts)
-    return tested.pop() if len(tested) == 1 else INCONCLUSIVE
 
 
 def page_head(title: str, claim: str, verdict: str, after: str) -> list[str]:
