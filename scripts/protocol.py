@@ -91,7 +91,7 @@ def sweep(out: Path, methods, scales, seeds, model_path: Path, extra: list[str])
 
 def read_run(folder: Path) -> Run:
     """A run folder's evaluations at their compute: the transformer passes of the training rows logged before each
-    evaluation row of ``metrics.jsonl``, its device-seconds (``eval/gpu_hours`` x 3600) and its two scores."""
+    evaluation row of ``metrics.jsonl``, its device-seconds (``time/eval_gpu_hours`` x 3600) and its two scores."""
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(folder / ".hydra" / "config.yaml")
@@ -102,7 +102,9 @@ def read_run(folder: Path) -> Run:
         row = json.loads(line)
         if f"eval/{reward}/mean" in row:
             run.points.append(
-                Point(passes, 3600.0 * row["eval/gpu_hours"], row[f"val/{reward}/mean"], row[f"eval/{reward}/mean"])
+                Point(
+                    passes, 3600.0 * row["time/eval_gpu_hours"], row[f"val/{reward}/mean"], row[f"eval/{reward}/mean"]
+                )
             )
         elif "count/transformer_fwd" in row:
             passes += float(row["count/transformer_fwd"]) + float(row["count/transformer_bwd"])

@@ -33,7 +33,7 @@ class Point:
     """One evaluation of a run: the compute before it and its two scores."""
 
     passes: float  # transformer forwards + backwards of the training steps before it
-    device_s: float  # device-seconds of those steps (ranks x wall-clock; eval/gpu_hours x 3600)
+    device_s: float  # device-seconds of those steps (ranks x wall-clock; time/eval_gpu_hours x 3600)
     val: float  # validation score (val/<reward>/mean): training prompts
     test: float  # held-out score (eval/<reward>/mean)
 

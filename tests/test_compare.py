@@ -67,8 +67,8 @@ def make_run(
                     "eval/pickscore/std": 0.01,
                     "time/eval_s": 7.0,
                     # the model after i steps: the compute before step i (docs/evaluation.md#what-a-run-logs)
-                    "eval/wallclock_s": wall - times[i],
-                    "eval/gpu_hours": gpus * (wall - times[i]) / 3600,
+                    "time/eval_wallclock_s": wall - times[i],
+                    "time/eval_gpu_hours": gpus * (wall - times[i]) / 3600,
                 }
             )
     config = {
@@ -441,7 +441,7 @@ def test_the_issue_case_two_steps_one_seed_gives_warnings_and_no_confident_speed
             before = row["time/wallclock_s"] - row["time/step_s"]  # an evaluation's compute: the steps before it
             per_s = row["time/gpu_hours"] / row["time/wallclock_s"]
             row.update({"eval/color/mean": row["reward/mean"] + 0.1, "time/eval_s": 5.0})
-            row.update({"eval/wallclock_s": before, "eval/gpu_hours": before * per_s})
+            row.update({"time/eval_wallclock_s": before, "time/eval_gpu_hours": before * per_s})
     folder = write_sweep(tmp_path / "evaluated", runs)
     assert main([str(folder)]) == 0
     data = json.loads((folder / "compare" / "comparison.json").read_text())
@@ -610,13 +610,13 @@ def test_report_builder_with_the_report_api():
     assert runset.groupby == ["config.method.name"]
     # every held-out metric (the compared one first) and the training reward, each against the three axes
     curves = [(p.y, p.x) for p in grid.panels if p.y and p.y[0].endswith("/mean")]
-    evaluation_axes = ("step", "eval/wallclock_s", "eval/gpu_hours")  # an evaluation's own compute
+    evaluation_axes = ("step", "time/eval_wallclock_s", "time/eval_gpu_hours")  # an evaluation's own compute
     assert curves == [
         *(([key], x) for key in ("eval/color/mean", "eval/pickscore/mean") for x in evaluation_axes),
         *((["reward/mean"], x) for x in ("step", "time/wallclock_s", "time/gpu_hours")),
     ]
     titles = [p.title for p in grid.panels]
-    assert "eval/pickscore/mean (held-out) vs eval/gpu_hours" in titles
+    assert "eval/pickscore/mean (held-out) vs time/eval_gpu_hours" in titles
     assert "reward/mean (training reward) vs step" in titles
     assert any(p.y == ["time/eval_s"] for p in grid.panels)
     # the curves' band is the interval of the mean: W&B's nearest is the standard error

@@ -22,16 +22,13 @@ SMOKE = ["experiment=smoke", "logger=none", "trainer.export=false", "eval.every=
 METHODS = group_options("method")  # every method option, the worked examples of docs/extending.md included
 
 
-EVAL_COMPUTE = ("eval/wallclock_s", "eval/gpu_hours")  # an evaluation's compute axes, which differ run to run
-
-
 def rows(run_dir, kind):
     """metrics.jsonl rows of one kind (``eval`` or ``train``) without the timings, which differ run to run."""
     out = []
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         if any(k.startswith("eval/") for k in row) == (kind == "eval"):
-            out.append({k: v for k, v in row.items() if not k.startswith("time/") and k not in EVAL_COMPUTE})
+            out.append({k: v for k, v in row.items() if not k.startswith("time/")})
     return out
 
 
@@ -45,7 +42,7 @@ def test_every_method_and_seed_evaluates_the_base_model_bit_identically(tmp_path
         trainer = Trainer(cfg, RunInfo(run_dir=tmp_path / method.replace(" ", "_")))
         row = trainer.evaluator.maybe_run(0, 0.0)
         grid = (tmp_path / method.replace(" ", "_") / "samples" / "eval_00000.png").read_bytes()
-        results[method] = ({k: v for k, v in row.items() if k.startswith("eval/") and k not in EVAL_COMPUTE}, grid)
+        results[method] = ({k: v for k, v in row.items() if k.startswith("eval/")}, grid)
     (ref_scores, ref_grid), *_ = results.values()
     assert set(ref_scores) == {"eval/color/mean", "eval/color/std"} and 0 < ref_scores["eval/color/mean"] < 1
     for method, (scores, grid) in results.items():
@@ -95,9 +92,9 @@ def test_evaluation_time_stays_out_of_the_compute_axes(evaluated):
     evals = [r for r in all_rows if "eval/color/mean" in r]
     assert all(r["time/eval_s"] > 0 for r in evals)
     # evaluation k is of the model after k steps: its compute is that of steps 0..k-1, never the evaluation's own
-    assert [r["eval/wallclock_s"] for r in evals] == [0.0, wall[1], wall[3], wall[5]]
-    assert [r["eval/gpu_hours"] for r in evals] == [0.0, wall[1] / 3600, wall[3] / 3600, wall[5] / 3600]
-    assert not any("time/wallclock_s" in r or "time/gpu_hours" in r for r in evals)  # keys of their own
+    assert [r["time/eval_wallclock_s"] for r in evals] == [0.0, wall[1], wall[3], wall[5]]
+    assert [r["time/eval_gpu_hours"] for r in evals] == [0.0, wall[1] / 3600, wall[3] / 3600, wall[5] / 3600]
+    assert not any("time/wallclock_s" in r or "time/gpu_hours" in r for r in evals)  # keys of their own (W&B merges)
 
 
 def test_every_evaluation_sits_at_its_own_compute_in_wandb_and_in_compare(tmp_path):
@@ -117,12 +114,12 @@ def test_every_evaluation_sits_at_its_own_compute_in_wandb_and_in_compare(tmp_pa
     lines = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
     wall = {r["step"]: r["time/wallclock_s"] for r in lines if "reward/mean" in r}
     expected = [0.0, wall[1], wall[3], wall[5]]
-    assert [r["eval/wallclock_s"] for r in lines if "eval/color/mean" in r] == expected
+    assert [r["time/eval_wallclock_s"] for r in lines if "eval/color/mean" in r] == expected
 
     (offline,) = find_offline_runs(run_dir)
     history = [r for r in read_offline_run(offline).history if "eval/color/mean" in r]
     assert [r["step"] for r in history] == [0, 2, 4, 6]
-    assert [r["eval/wallclock_s"] for r in history] == expected
+    assert [r["time/eval_wallclock_s"] for r in history] == expected
     # the merged W&B rows also hold the training compute after steps 0, 2, 4: the evaluation is not read from it
     assert [r.get("time/wallclock_s") for r in history[:3]] == [wall[0], wall[2], wall[4]]
 

@@ -16,7 +16,7 @@ REWARD = "reward/mean"
 AXES = {"step": "step", "wallclock_s": "time/wallclock_s", "gpu_hours": "time/gpu_hours"}
 #: the same axes for held-out evaluations (``eval/*``): the compute before the evaluation, on keys of their own so that
 #: merging an evaluation into the training row of its step (W&B does) cannot move it (docs/evaluation.md)
-EVAL_AXES = {"step": "step", "wallclock_s": "eval/wallclock_s", "gpu_hours": "eval/gpu_hours"}
+EVAL_AXES = {"step": "step", "wallclock_s": "time/eval_wallclock_s", "gpu_hours": "time/eval_gpu_hours"}
 DEVICES = ("cpu", "cuda")
 PHASES = ("time/rollout_s", "time/reward_s", "time/update_s")
 STEP_TIME = "time/step_s"

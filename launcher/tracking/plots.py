@@ -69,7 +69,7 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
         ax.grid(alpha=0.3)
     evals = [r for r in history if eval_key and r.get(eval_key) is not None]
     if evals:
-        for ax, x in ((axes[0], [r["step"] for r in evals]), (axes[1], [r["eval/wallclock_s"] for r in evals])):
+        for ax, x in ((axes[0], [r["step"] for r in evals]), (axes[1], [r["time/eval_wallclock_s"] for r in evals])):
             ax.plot(x, [r[eval_key] for r in evals], "o-", color="C1", lw=1.2, ms=4, label=f"{eval_key} (held out)")
         axes[0].legend(loc="lower right", fontsize=8)
     axes[0].set_ylabel("reward (mean ± std over samples)")

@@ -25,7 +25,7 @@ from rewardflow.errors import ConfigError, ConfigErrors
 log = logging.getLogger(__name__)
 
 #: an evaluation's compute is on keys of its own: W&B merges it into the training row of its step (docs/evaluation.md)
-COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours", "eval/wallclock_s", "eval/gpu_hours")
+COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours", "time/eval_wallclock_s", "time/eval_gpu_hours")
 DEFAULT_PROJECT = "rewardflow"
 MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 

@@ -226,8 +226,8 @@ class Evaluator:
                 # keys of their own: W&B and rewardflow-compare merge an evaluation with the training row of its
                 # step, whose time/* axes hold the compute after that step (docs/evaluation.md#what-a-run-logs);
                 # the validation scores (val/*) of the same row sit at the same compute
-                "eval/wallclock_s": wallclock_s,
-                "eval/gpu_hours": self.world.world_size * wallclock_s / 3600.0,
+                "time/eval_wallclock_s": wallclock_s,
+                "time/eval_gpu_hours": self.world.world_size * wallclock_s / 3600.0,
             }
         )
         self.last_done = step
