@@ -54,6 +54,7 @@ STOCK_KEYS = (
     "decode",
     "clip_range",
     "advantage",
+    "global_std",  # Flow-GRPO's and Fast's advantage divides by the step's std (upstream config/base.py)
     "kl_beta",
     "timestep_fraction",
     "shuffle_samples",
@@ -114,6 +115,7 @@ class JAGGConfig(GRPOConfig):
     decode: Decode = _from_stock("decode")
     clip_range: float = _from_stock("clip_range")
     advantage: Advantage = _from_stock("advantage")
+    global_std: bool = _from_stock("global_std")
     kl_beta: float = _from_stock("kl_beta")
     timestep_fraction: float = _from_stock("timestep_fraction")
     shuffle_samples: bool = _from_stock("shuffle_samples")

@@ -156,7 +156,9 @@ def _assert_smoke_run(out: Path, stdout: str, venv, site: Path) -> None:
     flash = by_label[("bench_flash", "Flash-GRPO / Flow-GRPO update time")]["result"]
     assert flash["bwd_count_ratio_vs_flow_grpo"] == pytest.approx(1 / 5)  # 6 steps: Flow-GRPO trains 5
     eam = by_label[("bench_eam", "AM / EAM iteration time")]["result"]
-    assert eam["nfe_ratio_am_over_eam"] == pytest.approx(161 / 19, rel=1e-3)
+    assert eam["nfe_ratio_am_over_eam"] == pytest.approx(
+        162 / 19, rel=1e-3
+    )  # AM: 40 + 1 + 1 forwards, 40 VJPs, 20 fwd+bwd (docs/methods/eam.md)
     for bench in ("bench_jagg", "bench_flash", "bench_eam"):
         assert (out / f"{bench}.log").is_file()
 
