@@ -115,8 +115,10 @@ def test_chunked_rollouts_equal_one_call_over_the_batch_on_two_ranks(case, two_r
                 )
             # GRPO's ratio exp(log p - log p_old) turns the rollout log-probs' absolute rounding (they are sums of
             # ~10^3 in size) into a relative change of the gradient of that size: 1e-4, not 1e-5; Flow-GRPO-Fast's
-            # CPS step (std sigma_next sin(a pi/2), docs/cps.md) has larger log-probs, so 5e-4
-            tolerance = 5e-4 if name == "flow_grpo_fast" else 1e-4
+            # CPS step (std sigma_next sin(a pi/2), docs/cps.md) has larger log-probs, so 5e-4; JAGG's group gradient
+            # adds the two endpoints' ratio terms with weights over W steps (docs/methods/jagg.md), and with
+            # Flow-GRPO's global-std advantages (which cancel more than per-group ones) measured 1.35e-4: 2e-4
+            tolerance = {"flow_grpo_fast": 5e-4, "jagg": 2e-4}.get(name, 1e-4)
             assert grad_error(chunked["grads"], whole["grads"]) <= tolerance, what
             assert chunked["images"].dtype == torch.uint8  # 8-bit copies for the image grids
             assert (chunked["images"].int() - whole["images"].int()).abs().max() <= 1, what
