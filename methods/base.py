@@ -5,7 +5,8 @@ The loop in :mod:`launcher.train.trainer` runs, for every step::
     rollout = method.rollout(prompts, generator)        # sample, no grad        (time/rollout_s)
     method.score(rollout, reward)                       # rewards                 (time/reward_s)
     method.prepare_update(rollout)                      # advantages / targets    (time/update_s ...)
-    for update in method.update_plan(rollout, gen):     # ... one optimizer step per update
+    for u, update in enumerate(method.update_plan(rollout, gen)):  # one optimizer step per update
+        method.on_update_start(u)                       # u = 0: no optimizer step since the rollout yet
         for chunk in update:                            # the built-in methods: one chunk per update
             method.backward(rollout, chunk, n)          # forward + backward, grads accumulate
         clip, step (or skip), zero_grad                 # one host sync per update (launcher/train/update_loop.py)
@@ -179,6 +180,9 @@ class Method(abc.ABC, Generic[ConfigT]):
             order = order.pin_memory()
         per_update = b // int(self.cfg.updates_per_rollout)
         return [[order[u : u + per_update]] for u in range(0, b, per_update)]
+
+    def on_update_start(self, index: int) -> None:
+        """Called before the ``index``-th update of a rollout (0: the first, before any optimizer step on it)."""
 
     def end_step(self, step: int) -> None:
         """Called once per step after all of its updates, skipped or not (DiffusionNFT moves its sampling policy)."""

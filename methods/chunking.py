@@ -34,6 +34,14 @@ def sample_chunks(
     return list(torch.arange(n, device=device).split(per_call))
 
 
+def pad_rows(idx: torch.Tensor, n: int) -> torch.Tensor:
+    """``idx`` extended to ``n`` entries by repeating its last one (a call of ``n`` rows whose extra outputs are
+    dropped: ``method.match_update_shapes``, docs/metrics.md#first-update-ratios); ``idx`` itself if not shorter."""
+    if n <= idx.shape[0] or idx.shape[0] == 0:
+        return idx
+    return torch.cat([idx, idx[-1:].expand(n - idx.shape[0])])
+
+
 def chunked_velocity(
     backbone: Backbone,
     x: torch.Tensor,
@@ -65,19 +73,23 @@ def chunked_sde_step(
     noise: torch.Tensor,
     rollout_chunk: int,
     want_x0: bool = False,
+    pad: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """One sampling step of the whole batch, ``rollout_chunk`` rows at a time: ``(x_next, log_prob (B,), x0)``.
 
     ``index``, ``t`` and ``stochastic`` are per row (B,),
     ``noise`` the step's standard normal draw for the whole batch; ``x0`` is the predicted clean sample
     (``want_x0``) or None. Each row's result is the one of a whole-batch step with the same velocity: every
-    operation after the transformer is row-wise."""
+    operation after the transformer is row-wise. ``pad``: a last, shorter chunk is padded to the full chunk
+    (:func:`pad_rows`) so that every call has the same shape."""
     x_next = torch.empty_like(x)
     log_prob = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
     x0 = torch.empty_like(x) if want_x0 else None
-    for idx in sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk, x.device):
+    chunks = sample_chunks(x.shape[0], backbone.rows_per_sample, rollout_chunk, x.device)
+    for idx in chunks:
         xi, ii = x[idx], index[idx]
-        v = backbone.velocity(xi, t[idx], embeds.select(idx))
+        call = pad_rows(idx, chunks[0].shape[0]) if pad else idx
+        v = backbone.velocity(x[call], t[call], embeds.select(call))[: idx.shape[0]]
         out = sde.step(xi, v, ii, stochastic[idx], noise=noise[idx])
         x_next[idx] = out.prev_sample
         log_prob[idx] = out.log_prob.float()

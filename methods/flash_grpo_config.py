@@ -61,7 +61,6 @@ class FlashGRPOConfig(GRPOConfig):
     iso_temporal: bool = True  # one k* per prompt group; false: one per sample (~ Flow-GRPO-Fast window 1)
     rectify: bool = True  # weight samples by (1/lambda)/mean(1/lambda); false: the "ITG" ablation
     weight_norm: WeightNorm = WeightNorm.update  # the 1/lambda denominator
-    pre_update_clip_warn: float = 0.05  # warn when the rollout-vs-replay clip fraction exceeds this
 
 
 SCHEMAS = {"method": {"flash_grpo": FlashGRPOConfig}}

@@ -11,7 +11,8 @@ import torch
 
 from methods.advantages import advantage_keys, step_advantages
 from methods.base import Method, Rollout
-from methods.chunking import chunked_sde_step
+from methods.chunking import chunked_sde_step, pad_rows
+from methods.first_update_ratios import FirstUpdateRatios
 from methods.grpo_config import Decode, GRPOConfig, NoiseKernel
 from methods.losses import kl_to_reference, ppo_clip_loss
 from methods.schedule import make_sigmas, quantize_model_time
@@ -32,6 +33,12 @@ class GRPO(Method[GRPOConfigT]):
         super().__init__(cfg, backbone)
         self.sigmas = make_sigmas(cfg.schedule, cfg.sampling_steps, cfg.shift, backbone)  # the family's grid
         self.sde = FlowSDEScheduler(self.sigmas, cfg.noise_kernel, cfg.eta)
+        self.first_update = FirstUpdateRatios(
+            cfg.clip_range,
+            cfg.pre_update_clip_warn,
+            "Fix: compute the rollout and the update alike (dtype, attention backend, compile; in bf16 "
+            "method.match_update_shapes=true), or raise method.clip_range; see docs/metrics.md#first-update-ratios",
+        )
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
@@ -54,6 +61,9 @@ class GRPO(Method[GRPOConfigT]):
             m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic"
         )
         errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(
+            m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})"
+        )
         errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
         errors.require(
             0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
@@ -147,8 +157,9 @@ class GRPO(Method[GRPOConfigT]):
                 embeds,
                 stochastic_on_device[:, i],
                 noise,
-                self.cfg.rollout_chunk,
+                self.rollout_rows,
                 want_x0=i == n - 1 and self.cfg.decode == Decode.pred_x0,
+                pad=bool(self.cfg.match_update_shapes),
             )
             final = x0 if x0 is not None else final
             traj.record(i + 1, x)
@@ -183,6 +194,14 @@ class GRPO(Method[GRPOConfigT]):
             self.world,
         )
 
+    def on_update_start(self, index: int) -> None:
+        self.first_update.active = index == 0
+
+    def step_metrics(self) -> dict[str, float]:
+        """``health/first_update_*``: the first update's ratio drift (:mod:`methods.first_update_ratios`)."""
+        self.first_update.active = False
+        return self.first_update.flush()
+
     # -- loss ---------------------------------------------------------------------------------------------------
     def step_loss(
         self,
@@ -202,6 +221,7 @@ class GRPO(Method[GRPOConfigT]):
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
         assert rollout.log_probs is not None  # sample() records them
         loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
+        self.first_update.add(stats["ratio"])  # a no-op after the rollout's first optimizer step
         if ref_velocity is not None:
             kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
             loss = loss + self.kl_penalty(rollout, samples, kl)
@@ -229,16 +249,28 @@ class GRPO(Method[GRPOConfigT]):
         Default: ``kl_beta x kl``."""
         return self.cfg.kl_beta * kl
 
+    @property
+    def rollout_rows(self) -> int:
+        """Transformer rows per sampling call: ``method.rollout_chunk``, or ``update_batch`` with
+        ``match_update_shapes`` (the update's calls then have the rollout's shape: docs/metrics.md#first-update-ratios)."""
+        return int(self.cfg.update_batch if self.cfg.match_update_shapes else self.cfg.rollout_chunk)
+
     def velocity_at(
         self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, reference: bool = False
     ) -> torch.Tensor:
+        """The velocities of rows ``samples`` (m,) at transitions ``index`` (m,), one transformer call; with
+        ``method.match_update_shapes`` the call is padded to a full ``update_batch`` and the padding dropped."""
+        m = samples.shape[0]
+        if self.cfg.match_update_shapes:
+            full = rows_per_call(self.cfg.update_batch, self.backbone)
+            samples, index = pad_rows(samples, full), pad_rows(index, full)
         x = rollout.latents[samples, index]
         t = self.model_time(self.sde.sigma(index)).float()
         embeds = rollout.embeds.select(samples)
         if reference:
             with torch.no_grad(), self.backbone.reference():
-                return self.backbone.velocity(x, t, embeds)
-        return self.backbone.velocity(x, t, embeds)
+                return self.backbone.velocity(x, t, embeds)[:m]
+        return self.backbone.velocity(x, t, embeds)[:m]
 
     def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
         """Exact backward of every trained (sample, step) row, ``method.update_batch`` rows per transformer call,

@@ -44,6 +44,13 @@ class GRPOConfig(MethodConfig):
     init_same_noise: bool = True  # one initial latent per prompt group
     decode: Decode = Decode.pred_x0
     clip_range: float = 1e-4  # PPO epsilon
+    # warn once when more than this share of the first update's rows is clipped before any optimizer step
+    # (rollout-vs-update numerical drift, docs/metrics.md#first-update-ratios); 0: never
+    pre_update_clip_warn: float = 0.05
+    # every transformer call of the rollout and of the update holds update_batch rows (the last ones padded), so in
+    # bf16 a row's velocity is computed by the same GEMM shapes when sampled and when trained
+    # (docs/metrics.md#first-update-ratios); costs at most one padded call per update and per sampling step
+    match_update_shapes: bool = False
     adv_clip_max: float = 5.0  # advantages clamped to +-adv_clip_max (every official script: 5)
     advantage: Advantage = Advantage.group
     global_std: bool = False  # advantage=prompt: std over all rewards of the step

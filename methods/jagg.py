@@ -339,15 +339,18 @@ class JAGG(GRPO[JAGGConfig]):
         accumulated = probe.take()
         route(rollout, samples, steps, norm, totals, weight)
         trained = probe.take()
+        active, self.first_update.active = self.first_update.active, False  # the discarded route: not trained rows
         other(rollout, samples, steps, norm, {}, weight)
+        self.first_update.active = active
         alternative = probe.take()
         probe.put(accumulated, trained)
         for key, value in compare(*((trained, alternative) if jagg else (alternative, trained))).items():
             self._diagnostics.setdefault(f"jagg/{key}_group_{group}", []).append(value)
 
     def step_metrics(self) -> dict[str, float]:
-        """``jagg/cos_group_<g>`` and ``jagg/rel_err_group_<g>`` on diagnostic steps (mean over micro-batches)."""
-        out = {k: sum(v) / len(v) for k, v in self._diagnostics.items()}
+        """``jagg/cos_group_<g>`` and ``jagg/rel_err_group_<g>`` on diagnostic steps (mean over micro-batches), and
+        the GRPO methods' ``health/first_update_*``."""
+        out = super().step_metrics() | {k: sum(v) / len(v) for k, v in self._diagnostics.items()}
         self._diagnostics = {}
         return out
 

@@ -180,6 +180,7 @@ def test_replay_parity_and_zero_pre_update_clip_fraction(cfg_scale):
     method.score(ro, MeanReward())
     method.prepare_update(ro)
     method.update_plan(ro, torch.Generator().manual_seed(0))
+    method.on_update_start(0)  # as the update loop does: the first update's rows are measured
     samples = torch.arange(len(ro))
     k = ro.train_steps[:, 0]
     with torch.no_grad():

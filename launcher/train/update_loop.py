@@ -60,7 +60,8 @@ class UpdateLoop:
         sums: dict[str, torch.Tensor] = {}
         norms: list[float] = []
         n_samples, skipped = 0, 0
-        for update in self.method.update_plan(rollout, generator):
+        for index, update in enumerate(self.method.update_plan(rollout, generator)):
+            self.method.on_update_start(index)
             update_size = sum(len(chunk) for chunk in update)
             stats: dict[str, torch.Tensor] = {}
             for chunk in update:
