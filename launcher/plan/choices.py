@@ -12,7 +12,7 @@ run (against the GPU it got; the trainer builds the model from the resolved conf
   cached: 9.5 GB of T5 for FLUX.1). ``precompute`` is never chosen: it encodes the whole prompt set at start and
   refuses prompts met later (docs/memory.md#text-conditioning), a change of what the run can do, not of its cost.
 
-Recompute costs more than moving the encoders (seconds of transformer FLOPs per update against under a second of
+A cheaper setting must leave :data:`HEADROOM` of the GPU free; the most frugal one only has to fit. Recompute costs more than moving the encoders (seconds of transformer FLOPs per update against under a second of
 host-to-device copy), so every text-encoder placement is tried with less recompute before more recompute. When no
 candidate fits, the most frugal one (``full``, ``offload``) is taken and the plan's fixes say what else to change.
 """
@@ -26,6 +26,10 @@ from launcher.plan.memory_plan import GiB, MemoryPlan, plan
 
 CHECKPOINTING = ("none", "every_k", "full")  # least recompute first
 TEXT_ENCODERS = ("device", "offload")  # fewest host-to-device copies first
+#: a setting other than the most frugal is chosen only if its peak leaves this share of the GPU free: activations are
+#: the plan's least certain line (calibrated on the CPU, scaled to bf16; docs/memory.md#measured), and an
+#: out-of-memory error mid-run costs more than the recompute saved
+HEADROOM = 0.10
 
 
 @dataclass
@@ -68,7 +72,8 @@ def resolve_auto(cfg: dict, world: int | None = None, gpu_gb: float | None = Non
         if trial is None:
             return Resolved(cfg)  # not a planned family (the SOC toy)
         tried.append(((checkpointing, encoders), trial))
-        if trial.fits:
+        last = (checkpointing, encoders) == candidates[-1]
+        if trial.fits and (last or trial.peak <= (1 - HEADROOM) * trial.gpu_bytes):
             break
     (checkpointing, encoders), chosen = tried[-1]
     result = Resolved(_with(cfg, checkpointing, encoders))
@@ -77,7 +82,7 @@ def resolve_auto(cfg: dict, world: int | None = None, gpu_gb: float | None = Non
     picked = " ".join(f"{k}={v}" for k, v in result.choices.items())
     others = ", ".join(" ".join(v for v in c if v is not None) + f" {p.peak / GiB:.1f} GiB" for c, p in tried[:-1])
     limit = f"{chosen.gpu_bytes / GiB:.0f} GiB"
-    why = f"the cheapest within {limit}" if chosen.fits else f"none within {limit}: the most frugal"
+    why = f"the cheapest within {limit} less {HEADROOM:.0%}" if chosen.fits else f"none within {limit}: the most frugal"
     result.notes.append(
         f"auto: {picked} ({why}, peak {chosen.peak / GiB:.1f} GiB"
         + (f"; cheaper but over it: {others}" if others else "")
