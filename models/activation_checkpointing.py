@@ -8,8 +8,9 @@
 * ``every_k``: one block of every ``model.activation_checkpointing_k`` consecutive blocks is checkpointed (blocks
   k-1, 2k-1, ... in forward order), torchtitan's selective per-layer checkpointing (``selective_ac_option=k``):
   about 1/k of ``full``'s memory saving for 1/k of its recompute;
-* ``auto``: ``full`` (what the real families ran before the choice existed) until a memory planner picks the
-  cheapest setting that fits.
+* ``auto``: the cheapest of ``none``, ``every_k``, ``full`` whose memory plan fits, decided before the model is built
+  (``launcher/plan/choices.py``; the trainer builds the model with the decided value, docs/memory.md#automatic-settings);
+  a model built without a plan (tests, scripts) takes ``full``, the setting that fits most.
 
 The blocks are checkpointed through diffusers' own hook: every family's transformer calls
 ``self._gradient_checkpointing_func(block, *inputs)`` for each block when gradient checkpointing is enabled and
@@ -42,7 +43,8 @@ def check_activation_checkpointing(model_cfg: Any, errors: ConfigErrors) -> None
 
 
 def resolve_activation_checkpointing(mode: str) -> ActivationCheckpointing:
-    """The setting to apply for ``model.activation_checkpointing=mode`` (``auto`` resolves to ``full``)."""
+    """The setting to apply for ``model.activation_checkpointing=mode``: ``auto`` reaches a model only when no plan
+    decided it (a model built outside the trainer), and is then ``full``."""
     mode = ActivationCheckpointing(mode)
     return ActivationCheckpointing.full if mode == ActivationCheckpointing.auto else mode
 

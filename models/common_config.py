@@ -20,13 +20,15 @@ class ActivationCheckpointing(StrEnum):
     none = "none"  # every block keeps its activations: fastest, most memory
     full = "full"  # every block is checkpointed
     every_k = "every_k"  # one block of every model.activation_checkpointing_k consecutive blocks
-    auto = "auto"  # full, until a memory planner picks the cheapest setting that fits
+    auto = "auto"  # the cheapest that fits, decided from the memory plan (launcher/plan/choices.py); full without one
 
 
 class TextEncoders(StrEnum):
     offload = "offload"  # host memory, on the GPU only while encoding prompts not cached yet
     device = "device"  # always on the GPU
     precompute = "precompute"  # the prompt set encoded once at start into an on-disk cache, the encoders freed
+    auto = "auto"  # device if the plan fits with them there, else offload (launcher/plan/choices.py); offload without
+    # a plan
 
 
 class BaseSharding(StrEnum):

@@ -67,20 +67,23 @@ def main() -> None:
 
     results = rows(args.gpus, args.gpu_mem_gb)
     print(
-        f"| run (+ cluster=slurm cluster.gpus_per_node={args.gpus}) | model | rollout GiB | update GiB | "
-        f"on {args.gpus} x {args.gpu_mem_gb:g} GB |"
+        f"| run (+ cluster=slurm cluster.gpus_per_node={args.gpus}) | model | activation checkpointing | "
+        f"rollout GiB | update GiB | on {args.gpus} x {args.gpu_mem_gb:g} GB |"
     )
-    print("| --- | --- | ---: | ---: | --- |")
+    print("| --- | --- | --- | ---: | ---: | --- |")
     for name, result, _ in results:
         if result is None:
-            print(f"| `{name}` | SOC toy | - | - | nothing to plan (CPU toy) |")
+            print(f"| `{name}` | SOC toy | - | - | - | nothing to plan (CPU toy) |")
             continue
         verdict = "fits" if result.fits else "does not fit; fix: " + " / ".join(result.fixes[:2])
         model = result.run.split(" model=")[1].split(" (")[0]
         name = name.replace(" ".join(RECIPE), "+ DanceGRPO x 8 GPUs")
+        # the auto setting the plan decided (launcher/plan/choices.py), or the one the config sets
+        auto = result.choices.get("model.activation_checkpointing")
+        checkpointing = f"auto: {auto}" if auto else "set"
         print(
-            f"| `{name}` | {model} | {result.phase('rollout') / GiB:.1f} | {result.phase('update') / GiB:.1f} | "
-            f"{verdict} |"
+            f"| `{name}` | {model} | {checkpointing} | {result.phase('rollout') / GiB:.1f} | "
+            f"{result.phase('update') / GiB:.1f} | {verdict} |"
         )
     print(f"\nslowest plan: {max(t for *_, t in results):.2f} s (composition included)")
     if args.tables:

@@ -13,6 +13,27 @@ from rewardflow.errors import ConfigError
 LORA_CALIBRATED_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "add_q_proj", "add_k_proj", "add_v_proj", "to_add_out")
 
 
+#: width-sized normalisation outputs one block saves per (image, text) token: its LayerNorms (``AdaLayerNormZero``,
+#: ``FP32LayerNorm``) and the RMSNorms of queries and keys (diffusers' block classes). Under bf16 autocast a layer norm
+#: runs in fp32 and so returns fp32, and an RMSNorm with fp32 (master) weights returns fp32 too
+#: (https://pytorch.org/docs/stable/amp.html#cuda-ops-that-can-autocast-to-float32), where the fp32 calibration scaled
+#: by the compute dtype assumes bf16: each adds ``width x (4 - 2)`` bytes per token (docs/memory.md#the-planners-model).
+NORM_OUTPUTS = {
+    "flux": {"double": (4, 4), "single": (3, 3), "root": (1, 0)},  # norm1, norm2, q, k per stream; single: norm, q, k
+    "sd3": {"block_dual": (6, 4), "block_joint": (4, 4), "block_joint_last": (4, 3), "root": (1, 0)},
+    "qwenimage": {"block": (4, 4), "root": (1, 0)},  # img/txt norm1, norm2 and their q, k norms
+    "wan": {"block": (6, 1), "root": (1, 0)},  # norm1, norm2, norm3, self- and cross-attention q, k; the text's k
+}
+
+
+def norm_output_bytes(family: str, unit: str, image_tokens: int, text_tokens: int, width: int, cb: int) -> float:
+    """Bytes per row that the fp32 normalisation outputs of one ``unit`` add to its saved activations over the
+    compute dtype's figures (0 in fp32, where the calibration counted them already)."""
+    table = NORM_OUTPUTS.get(family, {})
+    img, txt = table.get(unit) or table.get("block_joint_last" if unit.endswith("_last") else unit, (0, 0))
+    return float((img * image_tokens + txt * text_tokens) * width * max(0, 4 - cb))
+
+
 def activation_table(family: str, width: int) -> tuple[dict, float]:
     """The calibrated per-token bytes of the family (Wan: the calibrated size nearest in width) and the width ratio."""
     names = [n for n in ACTIVATION_BYTES if n.rstrip("0123456789b") == family or n == family]
@@ -67,7 +88,7 @@ def train_rows(method: dict, rows_per_sample: int) -> tuple[int, str]:
 
 def checkpointed_share(model: dict) -> float:
     """The share of transformer blocks that keep only their inputs (``model.activation_checkpointing``; ``auto``
-    is ``full`` until the planner picks, ``every_k`` one block in k)."""
+    is ``full`` unless the planner resolved it first, ``launcher/plan/choices.py``; ``every_k`` one block in k)."""
     mode = str(model.get("activation_checkpointing", "auto"))
     if mode == "none":
         return 0.0

@@ -1,13 +1,14 @@
 """When a run does not fit: the single config changes that make it fit, else the changes together, and the rank
-count at which it fits unchanged; and the check every GPU run makes at start (docs/memory.md#the-check-at-start)."""
+count at which it fits unchanged (docs/memory.md#the-plan-before-submission); the check at start is
+``start_check.py``."""
 
 from __future__ import annotations
 
 import copy
 import math
 
+from launcher.plan.choices import resolve_auto
 from launcher.plan.memory_plan import GiB, MemoryPlan, plan, world_size
-from rewardflow.errors import ConfigError
 
 #: single changes tried in order when a run does not fit (key, value, when it applies)
 CANDIDATES = (
@@ -89,34 +90,14 @@ def _fmt(value) -> str:
 
 
 def plan_with_fixes(cfg: dict, world: int | None = None, gpu_gb: float | None = None) -> MemoryPlan | None:
+    """The plan of ``cfg`` with its ``auto`` settings decided (``launcher/plan/choices.py``, said in a note and kept in
+    ``choices``) and, if it does not fit, the fixes."""
     world = world or world_size(cfg)
-    result = plan(cfg, world, gpu_gb)
-    if result is not None and not result.fits:
-        result.fixes = suggest_fixes(cfg, result, world, gpu_gb)
-    return result
-
-
-def check_at_start(cfg, world) -> None:
-    """On a GPU run: log the plan against this GPU's memory and stop with its fixes if the planned peak does not fit
-    (docs/memory.md#the-check-at-start). ``cfg``: the run's DictConfig; ``world``: rewardflow.distributed.World."""
-    import logging
-
-    import torch
-    from omegaconf import OmegaConf
-
-    if not torch.cuda.is_available() or cfg.model.get("device", "auto") == "cpu":
-        return
-    gpu_gb = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GiB
-    container = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(container, dict)  # the run's config is a DictConfig
-    result = plan_with_fixes(container, world.world_size, gpu_gb)
+    resolved = resolve_auto(cfg, world, gpu_gb)
+    result = plan(resolved.cfg, world, gpu_gb)
     if result is None:
-        return
-    if world.is_main:
-        logging.getLogger(__name__).info("%s", result.table())
+        return None
+    result.choices, result.notes = resolved.choices, [*resolved.notes, *result.notes]
     if not result.fits:
-        raise ConfigError(
-            f"the planned memory does not fit: {result.verdict()}. Fix: "
-            + "; ".join(result.fixes or ["more ranks or a smaller configuration"])
-            + " (`rewardflow ... --plan` prints the table)"
-        )
+        result.fixes = suggest_fixes(resolved.cfg, result, world, gpu_gb)
+    return result

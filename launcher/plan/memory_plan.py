@@ -5,15 +5,17 @@ plan at start, logs it and stops with the fixes if it does not fit. The model (d
 
 * **states**: the transformer's parameters (counted from its config, ``models/param_inventory.py``) in their storage
   dtype, divided over the ranks (FSDP2 shards them; a replicated LoRA base is whole on every rank), the LoRA
-  adapters, the frozen reference, fp32 gradients and AdamW's two fp32 moments of the trainable parameters;
+  adapters, the frozen reference, the EMA (``trainer.ema_decay``; twice while it is swapped in), fp32 gradients and
+  AdamW's two fp32 moments of the trainable parameters;
 * **frozen companions**: text encoders (on the GPU with ``model.text_encoders=device``; only while encoding new
-  prompts with ``offload``; never after start with ``precompute``), the VAE and the reward model, whole on every rank;
+  prompts with ``offload``; never after start with ``precompute``), the VAE and the reward model (fp32 until its
+  first call), whole on every rank;
 * **the largest transformer call**: sampling, ``method.rollout_chunk`` rows without gradients (the working set of
   one block); training, the rows of one micro-batch with gradients (every block's saved activations, or with
   activation checkpointing each block's inputs plus one block recomputed; a LoRA forward's own figures, since a
   frozen linear layer saves no input for a weight gradient), from per-token bytes measured on the CPU
   at published width and reduced depth (``launcher/plan/coefficients.py``, ``scripts/calibrate_memory.py``),
-  scaled by the compute dtype; FSDP gathers two blocks at a time (the current one and the prefetched one);
+  scaled by the compute dtype, plus the normalisation outputs autocast keeps in fp32; FSDP gathers two blocks at a time (the current one and the prefetched one);
 * **decoding**: ``method.decode_chunk`` images through the VAE (and the reward), with gradients for the adjoint
   methods;
 * **rollout buffers**: latents, noise, the trajectory states the update reads, per-prompt text conditioning.
@@ -34,6 +36,7 @@ from launcher.plan.activations import (
     activation_table,
     checkpointed_share,
     kept_states,
+    norm_output_bytes,
     per_row_bytes,
     train_rows,
     unit_coefficients,
@@ -76,6 +79,7 @@ class MemoryPlan:
     overhead: float
     notes: list[str] = field(default_factory=list)
     fixes: list[str] = field(default_factory=list)
+    choices: dict[str, str] = field(default_factory=dict)  # the ``auto`` keys decided from the plan (choices.py)
 
     def phase(self, name: str) -> float:
         return sum(getattr(line, name) for line in self.lines) + self.overhead
@@ -258,6 +262,9 @@ def state_lines(run: Run) -> list[Line]:
     if "old_decay_rate" in run.method:  # DiffusionNFT's lagging copy of the trainable weights (v_old)
         old = run.per_rank(trainable * 4)
         lines.append(Line("old policy v_old (fp32)", old, old))
+    ema = ema_line(run, trainable)
+    if ema is not None:
+        lines.append(ema)
     lines.append(Line("gradients (fp32)", 0.0, run.per_rank(trainable * 4)))
     moments = 2 if "adam" in str(run.cfg.get("optimizer", {}).get("_target_", "adam")).lower() else 1
     optimizer = run.per_rank(moments * trainable * 4)
@@ -268,11 +275,34 @@ def state_lines(run: Run) -> list[Line]:
     return lines
 
 
+def ema_line(run: Run, trainable: float) -> Line | None:
+    """``trainer.ema_decay`` > 0: a clone of every trainable parameter in its storage dtype (fp32 master weights or
+    adapters), sharded like it (launcher/train/ema.py). While ``applied()`` swaps the averages in, the trained weights
+    are cloned as well: twice the EMA in the sampling phase when the run evaluates (``eval.use_ema``) or exports
+    (``trainer.export_ema``) the EMA weights (docs/memory.md#the-planners-model)."""
+    trainer, evaluation = run.cfg.get("trainer") or {}, run.cfg.get("eval") or {}
+    if not float(trainer.get("ema_decay", 0) or 0) > 0:
+        return None
+    ema = run.per_rank(trainable * 4)
+    swapped = bool(evaluation.get("use_ema") and evaluation.get("every")) or bool(trainer.get("export_ema"))
+    return Line(
+        "EMA of the trainable weights (fp32)",
+        2 * ema if swapped else ema,
+        ema,
+        "x2 while applied() swaps it in (evaluation, export)" if swapped else "",
+    )
+
+
 def companion_lines(run: Run) -> list[Line]:
     counts = component_params(run.model, run.family)
     vae = counts["vae"] * vae_dtype_bytes(run)
-    reward = _reward_bytes(run.cfg["reward"], 2 if run.on_gpu else 4)
-    lines = [Line("VAE", vae, vae), Line("reward model", reward, reward)]
+    # a reward model is loaded in fp32 and cast to reward.dtype at its first call (rewards/clip_base.py), after the
+    # first step's sampling: fp32 in the rollout phase, its compute dtype afterwards
+    first, later = _reward_bytes(run.cfg["reward"], run.on_gpu, True), _reward_bytes(run.cfg["reward"], run.on_gpu)
+    lines = [
+        Line("VAE", vae, vae),
+        Line("reward model", first, later, "fp32 until its first call" if first != later else ""),
+    ]
     if run.model.get("text_encoders", "offload") == "device":
         enc = counts["text_encoders"] * run.cb
         lines.insert(0, Line("text encoders", enc, enc))
@@ -329,7 +359,7 @@ def call_lines(run: Run) -> list[Line]:
     decode = chunk * (frame * per_pixel + size.pixels * 4)  # one frame's working set + the decoded images
     encode = (
         component_params(run.model, run.family)["text_encoders"] * run.cb
-        if run.model.get("text_encoders", "offload") == "offload"
+        if run.model.get("text_encoders", "offload") in ("offload", "auto")  # auto: offload until decided
         else 0.0
     )
     options = [
@@ -347,6 +377,14 @@ def call_lines(run: Run) -> list[Line]:
     saved = share * inputs + (1 - share) * full + (max(unit(u, "saved") for u in inv.blocks) if share else 0.0)
     train = rows * (root("peak") + saved + working)
     grads = (run.adapters / max(1, inv.depth) if run.lora else inv.largest_unit) * (run.cb + 4)
+
+    def norms(name: str) -> float:
+        return norm_output_bytes(run.family, name, size.image_tokens, size.text_tokens, inv.width, run.cb)
+
+    # fp32 normalisation outputs under autocast: every block's when it keeps its activations, one recomputed block's
+    blocks = [norms(u.name) for u in inv.blocks]
+    norm = rows * (norms("root") + (1 - share) * sum(u.count * b for u, b in zip(inv.blocks, blocks)))
+    norm += rows * (max(blocks) if share else 0.0)
     return [
         Line("largest rollout transient", transient, 0.0, which),
         Line(
@@ -356,11 +394,15 @@ def call_lines(run: Run) -> list[Line]:
             f"{why} = {rows} rows, {share:.0%} of blocks checkpointed"
             + (", LoRA beyond attention: full fine-tune figures" if run.lora and not run.lora_activations else ""),
         ),
+        Line("training call: fp32 norm outputs (autocast)", 0.0, norm),
         Line("training call: one block's gradients", 0.0, grads),
     ]
 
 
-def _reward_bytes(reward: dict, dtype_bytes: int) -> float:
+def _reward_bytes(reward: dict, on_gpu: bool, first_call: bool = False) -> float:
+    """The reward models' weights: fp32 before the first call, then ``reward.dtype`` (auto: bf16 on GPUs)."""
     if "components" in reward:
-        return sum(_reward_bytes({"name": n, **(c or {})}, dtype_bytes) for n, c in reward["components"].items())
-    return REWARD_PARAMS.get(str(reward.get("name")), 0.0) * dtype_bytes
+        return sum(_reward_bytes({"name": n, **(c or {})}, on_gpu, first_call) for n, c in reward["components"].items())
+    dtype = str(reward.get("dtype", "auto"))
+    nbytes = 4 if first_call else DTYPE_BYTES[dtype] if dtype != "auto" else (2 if on_gpu else 4)
+    return REWARD_PARAMS.get(str(reward.get("name")), 0.0) * nbytes

@@ -25,8 +25,9 @@ from launcher.cluster.device_check import default_threads, placement, placement_
 from launcher.cluster.mesh import build_mesh, describe
 from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
-from launcher.plan.fixes import check_at_start
+from launcher.plan.start_check import check_at_start
 from launcher.tracking import placement_file
+from launcher.tracking.phase_memory import PhaseMemory
 from launcher.tracking.phase_timer import PhaseTimer
 from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
 from launcher.tracking.run_logger import RunLogger
@@ -102,10 +103,10 @@ class Trainer:
             logging.getLogger().setLevel(logging.WARNING)
 
         method_cls, method_cfg = component_class(cfg.method, "method"), OmegaConf.to_object(cfg.method)
-        check_at_start(cfg, self.world)  # on GPUs: the planned peak fits, before any weight is read
+        start = check_at_start(cfg, self.world)  # auto settings from the plan; on GPUs it fits (launcher/plan)
         # rank 0 (with a node-local cluster.cache_dir: each node's first rank) fills the caches; the others read them
         with cache_builders_first(cfg.cluster.get("cache_dir"), self.world):
-            self.backbone = build(cfg.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
+            self.backbone = build(start.model, "model", keep_reference=method_cls.needs_reference(method_cfg))
         truncated = truncation_warning(self.backbone, self.prompts, cfg.model.name) if self.world.is_main else None
         if truncated:
             log.warning(truncated)
@@ -123,11 +124,9 @@ class Trainer:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
         self.optimizer = build_optimizer(cfg.optimizer, self.params)
         self.lr_schedule = build_lr_schedule(self.optimizer, cfg.optimizer, int(t.steps))
-        self.ema = (
-            ParameterEMA(self.backbone.transformer, self.params, float(t.ema_decay), bool(t.ema_warmup))
-            if t.ema_decay
-            else None
-        )
+        decay, warmup = float(t.ema_decay), bool(t.ema_warmup)
+        self.ema = ParameterEMA(self.backbone.transformer, self.params, decay, warmup) if decay else None
+        self.memory = PhaseMemory(start.plan, start.on_gpu)  # measured peak per phase beside the plan (memory/*)
         self.updates = UpdateLoop(
             self.method, self.optimizer, self.params, float(t.max_grad_norm), after_step=self._update_ema
         )
@@ -270,9 +269,9 @@ class Trainer:
         prompts = self.data.batch(step, int(cfg.method.prompts_per_step))[world.rank :: world.world_size]
 
         method.keep_images = self.samples_due(step)
-        with timer("rollout"):
+        with timer("rollout"), self.memory("rollout"):
             rollout = method.rollout(prompts, generator)
-        with timer("reward"):
+        with timer("reward"), self.memory("reward"):
             method.score(rollout, self.reward)
         rewards = all_gather_cat(rollout.rewards.float())  # every rank sees the step's rewards
         metrics: dict[str, float] = {
@@ -281,7 +280,7 @@ class Trainer:
             "reward/std": float(rewards.std()) if rewards.numel() > 1 else 0.0,
         }
         skipped = 0
-        with timer("update"):
+        with timer("update"), self.memory("update"):
             if not bool(torch.isfinite(rewards).all()):
                 skipped = 1
                 log.warning(
@@ -321,6 +320,7 @@ class Trainer:
                 "time/gpu_hours": self.world.world_size * self.wallclock / 3600.0,
                 "count/transformer_fwd": int(counts[0]),  # summed over ranks: the step's total transformer work
                 "count/transformer_bwd": int(counts[1]),
+                **self.memory.metrics(),  # CUDA only: docs/metrics.md
             }
         )
         self.lr_schedule.step()  # the next step's learning rate (``lr`` is this step's)
@@ -417,11 +417,8 @@ class Trainer:
                 )
             return
         ema = self.cfg.trainer.export_ema
-        weights: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
-        if ema:
-            assert self.ema is not None  # validated: export_ema needs ema_decay > 0 (launcher/train/ema.py)
-            weights = self.ema.applied()
-        with weights:
+        # validated: export_ema needs ema_decay > 0 (launcher/train/ema.py)
+        with self.ema.applied() if ema and self.ema is not None else contextlib.nullcontext():
             out = self.backbone.save_pretrained(self.info.run_dir / "export")
         if self.world.is_main:
             log.info(

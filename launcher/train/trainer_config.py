@@ -9,6 +9,14 @@ from typing import Optional
 from omegaconf import II
 
 
+class MemoryCheck(StrEnum):
+    """What a GPU run does when its memory plan does not fit the GPU (docs/memory.md#the-check-at-start)."""
+
+    error = "error"  # stop with the plan's fixes before any weight is read
+    warn = "warn"  # log the plan and a warning, and start anyway (the plan may be pessimistic for this run)
+    off = "off"  # neither check nor log the fit (the auto settings are still decided from the plan)
+
+
 @dataclass
 class TrainerConfig:
     steps: int = 150  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
@@ -32,6 +40,7 @@ class TrainerConfig:
     export_ema: bool = False  # export the EMA weights instead of the trained ones (needs ema_decay > 0)
     ema_warmup: bool = False  # ramp the decay in: min((1 + s) / (10 + s), ema_decay) at the s-th update, as
     # flow_grpo/ema.py (DiffusionNFT's EMA; launcher/train/ema.py)
+    memory_check: MemoryCheck = MemoryCheck.error  # a GPU run whose planned peak does not fit: error | warn | off
 
 
 class LRSchedule(StrEnum):
