@@ -74,14 +74,17 @@ def all_schemas() -> dict[str, dict[str, type]]:
 
 
 def register_resolvers() -> None:
-    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's, and by the help
-    page (conf/hydra/default.yaml) to list the config groups."""
+    """Small resolvers used by conf/cluster/*.yaml to map our keys onto the submitit launcher's, by the cluster
+    schemas' computed defaults (launcher/cluster/cluster_defaults.py), and by the help page (conf/hydra/default.yaml)
+    to list the config groups."""
     from omegaconf import OmegaConf
 
     from launcher.cli_help import config_groups_text
+    from launcher.cluster.cluster_defaults import register_resolvers as register_cluster_resolvers
 
     OmegaConf.register_new_resolver("rf_null_if_zero", lambda x: None if x in (0, "0") else x, replace=True)
     OmegaConf.register_new_resolver("rf_config_groups", config_groups_text, replace=True)
+    register_cluster_resolvers()  # the cluster=slurm defaults computed from the plan
 
 
 def register_configs() -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from launcher.checkpoint.resume import check_resume_from
+from launcher.cluster.cluster_defaults import check_cluster_resources
 from launcher.cluster.device_check import check_devices
 from launcher.cluster.env_check import check_environment
 from launcher.cluster.mesh import check_mesh_config, planned_world
@@ -158,6 +159,7 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     ParameterEMA.check(cfg, errors)
     with errors.collect():
         check_mesh_config(cfg.cluster)
+    check_cluster_resources(cfg.cluster, errors)
     check_ranks(cfg, errors)
 
 
@@ -198,7 +200,8 @@ def check_ranks(cfg: Any, errors: ConfigErrors) -> None:
     errors.require(
         cpus is None or cpus >= 1,
         "cluster.cpus_per_task",
-        f"must be >= 1 or null (got {cpus}). Fix: cluster.cpus_per_task=null (the default), or a count of CPUs",
+        f"must be >= 1 or null (got {cpus}). Fix: drop the override (cluster=slurm: min(8, 64 // tasks_per_node)), "
+        f"cluster.cpus_per_task=null (the site's default), or a count of CPUs",
     )
     world = planned_world(c)
     prompts = getattr(cfg.method, "prompts_per_step", None)

@@ -64,8 +64,10 @@ def init_distributed(collective_timeout_s: int = 600) -> World:
         return World()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    if backend == "nccl":
-        torch.cuda.set_device(local_rank)
+    if backend == "nccl":  # one GPU visible per task on some sites, all of the node's on others
+        from rewardflow.gpu_binding import cuda_device_index
+
+        torch.cuda.set_device(cuda_device_index(local_rank, device_count=torch.cuda.device_count()))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=collective_timeout_s))
     world = current_world()
     log.info("rank %d/%d (local %d) joined the %s process group", world.rank, world.world_size, local_rank, backend)

@@ -34,7 +34,7 @@ def test_mesh_shapes():
         (["cluster.mesh=ddp"], "cluster.mesh must be one of fsdp, hsdp"),
         (["cluster.mesh=hsdp", "cluster.shard_size=3"], "cluster.shard_size=3 must divide the 16 ranks"),
         (["cluster.mesh=hsdp", "cluster.shard_size=0"], "cluster.shard_size=0 must divide"),
-        (["cluster.shard_size=4"], "cluster.shard_size=4 applies to cluster.mesh=hsdp only"),
+        (["cluster.mesh=fsdp", "cluster.shard_size=4"], "cluster.shard_size=4 applies to cluster.mesh=hsdp only"),
     ],
 )
 def test_bad_mesh_config_fails_before_anything_is_built(overrides, key):

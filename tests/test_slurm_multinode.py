@@ -101,7 +101,15 @@ def on_each_node(command: str) -> dict[str, str]:
 
 def test_multinode_fsdp_job_of_one_task_per_node_matches_the_single_node_reference(tmp_path, slurm_reference):
     proc = run(
-        ["-m", *TWO_NODES, "cluster.tasks_per_node=1", *SMALL, "trainer.steps=4", f"output_root={tmp_path}"],
+        [
+            "-m",
+            *TWO_NODES,
+            "cluster.tasks_per_node=1",
+            "cluster.mesh=fsdp",  # the default from 2 nodes on is hsdp
+            *SMALL,
+            "trainer.steps=4",
+            f"output_root={tmp_path}",
+        ],
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

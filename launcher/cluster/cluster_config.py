@@ -47,14 +47,20 @@ class SlurmClusterConfig(MultiRankFields):
     nodes: int = 1
     gpus_per_node: int = 8
     tasks_per_node: int = II(".gpus_per_node")  # one task per GPU
-    cpus_per_task: Optional[int] = None
-    mem_gb: Optional[int] = None
+    # the defaults below are computed when the config is composed (launcher/cluster/cluster_defaults.py); a value
+    # the user sets replaces them; null leaves the flag to the site (docs/clusters.md#what-a-job-asks-slurm-for)
+    mesh: str = II("rf_mesh:${.nodes}")  # hsdp from 2 nodes on, fsdp on one
+    # min(8, 64 // tasks_per_node); gpus_per_node=0 (a CPU job, node shape unknown): null
+    cpus_per_task: Optional[int] = II("rf_cpus_per_task:${.gpus_per_node},${.tasks_per_node}")
+    # host memory per node, GiB: the ranks' planned host memory x 1.25; gpus_per_node=0: null
+    mem_gb: Optional[int] = II("rf_mem_gb:${.gpus_per_node}")
     partition: Optional[str] = None
     account: Optional[str] = None
     qos: Optional[str] = None
     constraint: Optional[str] = None
     timeout_min: int = 240
-    signal_delay_s: int = 120  # USR2 this long before the time limit: time for a last checkpoint
+    signal_delay_s: int = II("rf_signal_delay_s:")  # USR2 this long before the time limit: 2 x (planned checkpoint
+    # write time + 120 s), whole minutes; the first half trains on, the second writes the last checkpoint
     max_num_timeout: int = 20  # requeues on time-out (submitit's default 0 would never requeue)
     setup: list[str] = field(default_factory=list)  # shell lines run in the sbatch script before srun
     additional_parameters: dict[str, Any] = field(default_factory=dict)  # extra sbatch flags

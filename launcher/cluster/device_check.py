@@ -92,11 +92,23 @@ def stray_process_group(cluster_name: str) -> str | None:
     )
 
 
-def default_threads(world_local_size: int) -> int:
-    """Torch threads per process: SLURM's cpus-per-task if set, else the cores split over local processes."""
-    if os.environ.get("SLURM_CPUS_PER_TASK"):
-        return int(os.environ["SLURM_CPUS_PER_TASK"])
-    return max(1, (os.cpu_count() or 1) // max(1, world_local_size))
+def default_threads(world_local_size: int, env: Any = None, usable_cpus: int | None = None) -> int:
+    """Torch threads per process (``trainer.threads=0``) from the CPUs this process may run on (its affinity mask:
+    SLURM's task binding and cgroups restrict it; ``os.cpu_count()`` counts the whole node): SLURM's cpus-per-task
+    when set (at most the usable CPUs), else the usable CPUs split over the node's local processes, which share one
+    mask when nothing binds them (docs/clusters_multinode.md#multi-node-code-paths)."""
+    env = os.environ if env is None else env
+    usable = usable_cpus if usable_cpus is not None else _usable_cpus()
+    if env.get("SLURM_CPUS_PER_TASK"):
+        return max(1, min(int(env["SLURM_CPUS_PER_TASK"]), usable))
+    return max(1, usable // max(1, world_local_size))
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (``sched_getaffinity`` where the platform has it, e.g. not on macOS)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def rank_and_world_size() -> tuple[int, int]:

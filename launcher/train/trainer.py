@@ -261,7 +261,7 @@ class Trainer:
     # -- one step -----------------------------------------------------------------------------------------------
     def train_step(self, step: int) -> dict[str, float]:
         cfg, method = self.cfg, self.method
-        timer = PhaseTimer()
+        timer = PhaseTimer(self.backbone.device)  # CUDA events on GPUs, read below after the step's last sync
         t_start = time.perf_counter()
         fwd0, bwd0 = self.counter.snapshot()
         world = self.world
@@ -303,18 +303,17 @@ class Trainer:
             log.warning("step %d: %s; this step is not checkpointed", step, weights_problem)
         self.nonfinite_in_a_row = self.nonfinite_in_a_row + 1 if skipped or weights_problem else 0
 
-        step_s = time.perf_counter() - t_start
-        self.wallclock += step_s
         fwd1, bwd1 = self.counter.snapshot()
         counts = all_reduce_sum(
             torch.tensor([fwd1 - fwd0, bwd1 - bwd0], dtype=torch.float64, device=collective_device())
-        ).tolist()
+        ).tolist()  # with NCCL a sync; read() waits for the last phase's event: the step's kernels are done now
+        phase_s = timer.read()
+        step_s = time.perf_counter() - t_start  # after the wait, so the wall clock holds the step's device work
+        self.wallclock += step_s
         metrics.update(
             {
                 "lr": self.optimizer.param_groups[0]["lr"],
-                "time/rollout_s": timer.seconds.get("rollout", 0.0),
-                "time/reward_s": timer.seconds.get("reward", 0.0),
-                "time/update_s": timer.seconds.get("update", 0.0),
+                **{f"time/{phase}_s": phase_s.get(phase, 0.0) for phase in ("rollout", "reward", "update")},
                 "time/step_s": step_s,
                 "time/wallclock_s": self.wallclock,
                 "time/gpu_hours": self.world.world_size * self.wallclock / 3600.0,
