@@ -2,6 +2,8 @@
 
 - Every Python package at the repository root (a folder with an ``__init__.py``; not ``tests`` or ``scripts``), found
   by setuptools' own discovery, so a new top-level package ships without an edit here.
+- ``hydra_plugins.rewardflow_launchers``: Hydra instantiates launchers only from its ``hydra_plugins`` namespace
+  package (no ``__init__.py``, shared with hydra-submitit-launcher), which setuptools' plain discovery skips.
 - ``conf/``, Hydra's config tree, as the data package ``launcher.conf`` (``launcher/installation.py`` points Hydra
   at ``pkg://launcher.conf``). The repository keeps ``conf/`` at its root, where users read it; an installed
   rewardflow gets it inside its launcher rather than as a top-level ``conf`` package, a name many projects use.
@@ -18,7 +20,9 @@ config_packages = [CONFIG_PACKAGE] + [
 ]
 
 setup(
-    packages=find_packages(exclude=["tests", "tests.*", "scripts", "scripts.*", "conf", "conf.*"]) + config_packages,
+    packages=find_packages(exclude=["tests", "tests.*", "scripts", "scripts.*", "conf", "conf.*"])
+    + find_namespace_packages(include=["hydra_plugins.*"])
+    + config_packages,
     package_dir={CONFIG_PACKAGE: "conf"},
     package_data={package: ["*.yaml"] for package in config_packages},
 )

@@ -25,6 +25,8 @@ from launcher.protocol_config import ProtocolConfig
 from launcher.train.eval_config import EvalConfig
 from launcher.train.trainer_config import OptimizerConfig, TrainerConfig
 
+#: cluster=local's sweep launcher (launcher/cluster/local_sweep.py)
+LOCAL_SWEEP_LAUNCHER = "hydra_plugins.rewardflow_launchers.local_sweep_launcher.LocalSweepLauncher"
 #: the packages whose ``*_config`` modules hold component configs
 PACKAGES = ("launcher", "methods", "models", "rewards")
 
@@ -91,6 +93,8 @@ def register_configs() -> None:
     register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
+    # cluster=local's sweep launcher (conf/cluster/local.yaml); Hydra instantiates launchers from hydra_plugins only
+    cs.store(group="hydra/launcher", name="rewardflow_local", node={"_target_": LOCAL_SWEEP_LAUNCHER})
     for group, entries in all_schemas().items():
         for name, node in entries.items():
             cs.store(group=f"schema/{group}", name=name, node=node)

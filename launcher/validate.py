@@ -187,6 +187,13 @@ def check_ranks(cfg: Any, errors: ConfigErrors) -> None:
     """A cluster's rank counts, and the prompts of a step against them, before any rank is started (the trainer
     checks the same once the process group exists)."""
     c = cfg.cluster
+    parallel = getattr(c, "parallel", 1)
+    errors.require(
+        isinstance(parallel, int) and parallel >= 1,
+        "cluster.parallel",
+        f"must be >= 1 (got {parallel}): the points of a cluster=local sweep run this many at a time. Fix: "
+        f"cluster.parallel=1 (one after the other), or up to the machine's cores",
+    )
     if getattr(c, "tasks_per_node", None) is None:  # cluster=local: one process
         return
     ok = errors.require(

@@ -116,6 +116,8 @@ def test_cfg_job_resolve_prints_the_computed_cluster_keys():
         ({"SLURM_CPUS_PER_TASK": "8"}, 4, 8, 4),  # bound to fewer CPUs than asked: what the mask allows
         ({}, 16, 2, 8),  # no SLURM: the mask split over the node's local processes
         ({}, 3, 8, 1),  # never 0
+        ({"REWARDFLOW_PARALLEL_POINTS": "2"}, 2, 1, 1),  # two points of a local sweep side by side share 2 CPUs
+        ({"REWARDFLOW_PARALLEL_POINTS": "2"}, 16, 2, 4),  # ... and each point's processes split its half
     ],
 )
 def test_threads_come_from_the_cpus_the_task_may_use(env, usable, local_size, threads):

@@ -17,7 +17,7 @@ def job(tmp_path):
     (run_dir / ".hydra").mkdir(parents=True)
     (run_dir / ".hydra" / "config.yaml").write_text("trainer:\n  steps: 150\n")
     (run_dir / "metrics.jsonl").write_text(
-        "".join(json.dumps({"step": s, "reward/mean": 0.5}) + "\n" for s in range(37))
+        "".join(json.dumps({"step": s, "reward/mean": 0.5, "time/step_s": 2.0}) + "\n" for s in range(37))
     )
     stderr = tmp_path / "0_log.err"
     stderr.write_text("some warning\nrewardflow: training aborted: 5 non-finite updates in a row\nsrun: error\n")
@@ -26,8 +26,9 @@ def job(tmp_path):
 
 def test_each_state_in_words(job):
     assert describe(job, SlurmState("PENDING", "Priority", attempts=1)) == "queued (Priority)"
-    assert describe(job, SlurmState("RUNNING", attempts=2)) == "running step 37 of 150, requeued 1 time"
-    assert describe(job, SlurmState("RUNNING", attempts=4)) == "running step 37 of 150, requeued 3 times"
+    running = "running step 37 of 150, reward 0.5000, ETA 3m46s"  # 113 steps left x 2 s
+    assert describe(job, SlurmState("RUNNING", attempts=2)) == f"{running}, requeued 1 time"
+    assert describe(job, SlurmState("RUNNING", attempts=4)) == f"{running}, requeued 3 times"
     assert describe(job, SlurmState("FAILED", exit_code="1:0", attempts=1)) == (
         "failed (SLURM: FAILED, exit code 1:0) at step 37 of 150: rewardflow: training aborted: 5 non-finite updates "
         "in a row"
@@ -43,7 +44,8 @@ def test_each_state_in_words(job):
 def test_a_folder_that_is_not_a_slurm_sweep_is_a_message(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main([str(tmp_path)])
-    assert exit_.value.code == 2 and "slurm_jobs.json" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "slurm_jobs.json" in err and "local_jobs.json" in err
 
 
 def test_a_traceback_is_summed_up_by_its_exception(job, tmp_path):

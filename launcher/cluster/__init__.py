@@ -1,8 +1,10 @@
 """Where a run's processes come from and how they find each other: the ``cluster=`` configs, the device mesh FSDP2
 shards over (``mesh``), which rank fills a node's caches first (``node_cache``), device checks (``device_check``), the
 checks of the environment variables the launcher reads (``env_check``), SLURM jobs, preflight and status
-(``slurm_jobs``, ``slurm_preflight``, ``sweep_status``), the check of every sweep point before anything is queued
-(``sweep_check``) and the failing rank's log tails (``job_logs``).
+(``slurm_jobs``, ``slurm_preflight``, ``sweep_status``), local sweeps (``local_sweep`` runs the points,
+``local_point`` is one point's process, ``local_jobs`` their record, ``local_status`` its reading), a point's progress
+and ETA (``point_progress``), the check of every sweep point before anything is queued (``sweep_check``), the
+sweep's start and end lines (``sweep_banner``) and the failing rank's log tails (``job_logs``).
 
 It may import models (the model configs' device keys) and rewardflow; of the launcher, only the top-level
 ``launcher.validate`` and ``launcher.run_dir_check``, which the sweep check runs on every point, and

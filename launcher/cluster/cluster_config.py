@@ -20,7 +20,10 @@ class GpuFields:
 
 @dataclass
 class LocalClusterConfig(GpuFields):
-    name: str = "local"  # in-process, one process
+    name: str = "local"  # one training process per run
+    # sweep points run side by side, >= 1; each one's automatic torch threads: usable CPUs / parallel
+    # (launcher/cluster/local_sweep.py, docs/clusters.md#local-sweeps)
+    parallel: int = 1
 
 
 @dataclass

@@ -96,12 +96,15 @@ def default_threads(world_local_size: int, env: Any = None, usable_cpus: int | N
     """Torch threads per process (``trainer.threads=0``) from the CPUs this process may run on (its affinity mask:
     SLURM's task binding and cgroups restrict it; ``os.cpu_count()`` counts the whole node): SLURM's cpus-per-task
     when set (at most the usable CPUs), else the usable CPUs split over the node's local processes, which share one
-    mask when nothing binds them (docs/clusters_multinode.md#multi-node-code-paths)."""
+    mask when nothing binds them (docs/clusters_multinode.md#multi-node-code-paths), and over the points of a
+    ``cluster=local`` sweep that run side by side (``REWARDFLOW_PARALLEL_POINTS``, set by its launcher:
+    launcher/cluster/local_sweep.py, docs/clusters.md#local-sweeps)."""
     env = os.environ if env is None else env
     usable = usable_cpus if usable_cpus is not None else _usable_cpus()
     if env.get("SLURM_CPUS_PER_TASK"):
         return max(1, min(int(env["SLURM_CPUS_PER_TASK"]), usable))
-    return max(1, usable // max(1, world_local_size))
+    points = max(1, int(env.get("REWARDFLOW_PARALLEL_POINTS") or 1))
+    return max(1, usable // (max(1, world_local_size) * points))
 
 
 def _usable_cpus() -> int:
