@@ -146,3 +146,17 @@ def test_a_bad_parallel_names_the_key(tmp_path):
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert proc.returncode == 2 and "cluster.parallel" in proc.stderr and "must be >= 1" in proc.stderr
+
+
+def test_a_slow_run_logs_a_step_line_at_least_once_a_minute(monkeypatch, caplog):
+    from launcher.tracking import step_log
+
+    now = [1000.0]
+    monkeypatch.setattr(step_log.time, "monotonic", lambda: now[0])
+    log = step_log.StepLog(every=10, total_steps=10, bar_shown=False)
+    with caplog.at_level("INFO", logger="rewardflow"):
+        for step in range(10):
+            now[0] += 25.0  # 25 s a step
+            log({"step": step, "reward/mean": 0.5, "time/step_s": 25.0})
+    logged = [r.getMessage().split(" | ")[0] for r in caplog.records]
+    assert logged == ["step 1/10", "step 4/10", "step 7/10", "step 10/10"]  # first, every >= 60 s, last

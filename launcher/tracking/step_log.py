@@ -1,10 +1,12 @@
-"""A plain log line every ``trainer.log_every`` steps (and after the first and the last), for runs nobody watches
-live.
+"""A plain log line every ``trainer.log_every`` steps (and after the first and the last, and at least once a
+:data:`MAX_QUIET_S`), for runs nobody watches live.
 
 The progress bar only exists on a terminal; sweeps, SLURM jobs and ``trainer.progress=false`` runs would otherwise
 print nothing between start and end. The line goes to the console and the run's log file; while the progress bar
-is drawn, only to the log file (the bar shows the same numbers), so the log always holds the run's course. Like
-the bar, it counts completed steps (``step 20/150`` follows the row with ``"step": 19`` in metrics.jsonl)::
+is drawn, only to the log file (the bar shows the same numbers), so the log always holds the run's course. The time
+rule keeps a log file that a sweep's point writes moving when steps are slow and ``log_every`` large (a run of 10
+slow steps logged only its first and last; docs/clusters.md#local-sweeps). Like the bar, it counts completed steps
+(``step 20/150`` follows the row with ``"step": 19`` in metrics.jsonl)::
 
     step 20/150 | reward/mean 0.7913 (std 0.0842) | loss -0.0031 | grad_norm 0.412 | 0.81 s/step | ETA 1m45s
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import math
 import sys
+import time
 
 from launcher.tracking.log_files import log_to_files
 
@@ -21,6 +24,8 @@ log = logging.getLogger("rewardflow")
 
 #: (metric, label, format) shown when the step logged it
 FIELDS = (("loss", "loss", "{:.4g}"), ("grad_norm", "grad_norm", "{:.3g}"))
+#: a step that ends this long after the last line gets one, whatever ``log_every`` says
+MAX_QUIET_S = 60.0
 
 
 def progress_bar_shown(progress: bool, is_main: bool) -> bool:
@@ -60,13 +65,16 @@ class StepLog:
         self.every, self.total, self.bar_shown = int(every), int(total_steps), bar_shown
         self.enabled = enabled and self.every > 0
         self._seconds, self._steps = 0.0, 0
+        self._last_line = time.monotonic()
 
     def __call__(self, metrics: dict) -> None:
         self._seconds += float(metrics.get("time/step_s", 0.0))
         self._steps += 1
         done = int(metrics["step"]) + 1
-        if not self.enabled or (done % self.every and done not in (1, self.total)):
+        quiet_too_long = time.monotonic() - self._last_line >= MAX_QUIET_S
+        if not self.enabled or (done % self.every and done not in (1, self.total) and not quiet_too_long):
             return
+        self._last_line = time.monotonic()
         line = format_line(metrics, self.total, self._seconds / self._steps)
         if self.bar_shown:
             log_to_files(log, logging.INFO, line)
