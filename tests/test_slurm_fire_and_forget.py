@@ -59,7 +59,8 @@ def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
 
     seen, deadline = [], time.monotonic() + 600
     while time.monotonic() < deadline:
-        lines = status(sweep)
+        *lines, sweep_line = status(sweep)  # one line per point, then the sweep's
+        assert sweep_line.startswith("sweep: 2 SLURM jobs (")
         seen.append(lines)
         if all(" done " in line or " failed " in line for line in lines):
             break

@@ -39,6 +39,7 @@ def test_each_state_in_words(job):
     )
     Path(job["stderr"]).write_text("a warning\n")
     assert describe(job, SlurmState("COMPLETED", attempts=1)) == "done (step 37 of 150)"
+    assert describe(job, SlurmState("CANCELLED", attempts=1)) == "cancelled at step 37 of 150"
 
 
 def test_a_folder_that_is_not_a_slurm_sweep_is_a_message(tmp_path, capsys):

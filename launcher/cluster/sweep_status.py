@@ -106,6 +106,8 @@ def describe(job: dict, s: SlurmState, p: PointProgress | None = None, fallback_
         text = f"running {of}{reward}, ETA {duration(p.remaining_s(fallback_s))}"
     elif s.state == "COMPLETED" and not task_failed:
         text = f"done ({of})"
+    elif s.state.startswith("CANCELLED"):  # scancel (rewardflow-status --cancel), or the site's
+        text = f"cancelled at {of}"
     elif s.state == "UNKNOWN":
         text = f"unknown to SLURM ({of} in the run dir)"
     else:
