@@ -448,4 +448,8 @@ class Trainer:
         backend = self.logger.backend
         self.logger.finish(exit_code)
         where = f"; W&B ({backend.mode}): {backend.location}" if backend is not None else ""
-        log.info("run dir %s: metrics.jsonl, reward_curve.png, samples/%s", self.info.run_dir, where)
+        # what the run wrote, not what a run may write: trainer.sample_every=0 draws no grids (issue 29)
+        wrote = [
+            name for name in ("metrics.jsonl", "reward_curve.png", "samples/") if (self.info.run_dir / name).exists()
+        ]
+        log.info("run dir %s: %s%s", self.info.run_dir, ", ".join(wrote) or "no outputs", where)
