@@ -6,6 +6,11 @@ of the run (method, model, reward, data, logger) checks the values it cannot run
 (:class:`rewardflow.errors.ConfigErrors`, one ``errors.require(ok, key, message)`` per rule); the trainer's own keys
 and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
 each naming its key and the fix.
+
+The checks that need no component's code (:func:`check_config`) come first and import no torch: the CLI runs them
+(:func:`precheck`) before Hydra creates the run folder, so the usual mistakes (``trainer.steps=0``, a misspelt
+``+method.clip_rnage``) are reported in about a second; the component hooks need the component classes, which
+import torch, and run in the trainer (docs/configuration.md#validation).
 """
 
 from __future__ import annotations
@@ -16,7 +21,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.checkpoint.resume import check_resume_from
 from launcher.cluster.cluster_defaults import check_cluster_resources
 from launcher.cluster.device_check import check_devices
 from launcher.cluster.env_check import check_environment
@@ -24,10 +28,7 @@ from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
 from launcher.strict_keys import check_keys
 from launcher.toy_values import toy_values
-from launcher.train import lr_schedule
-from launcher.train.data import split_prompts
-from launcher.train.ema import ParameterEMA
-from launcher.train.evaluation import Evaluator
+from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
 
@@ -37,13 +38,10 @@ log = logging.getLogger(__name__)
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
-def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
-    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the prompts the run
-    trains on (without the ``eval.split`` held out for evaluation).
-
-    ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
-    which the job repeats on its node."""
-    errors = ConfigErrors()
+def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
+    """The checks that need no component's code (nor torch): missing and unknown keys (raised at once, as the rest
+    needs a valid tree), then the trainer's, optimizer's, protocol's and cluster's own keys and the environment,
+    recorded in ``errors``. Returns the typed config (``OmegaConf.to_object``)."""
     for key in OmegaConf.missing_keys(cfg):
         errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
     check_keys(cfg, errors)
@@ -51,6 +49,31 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
     check_environment(run, errors)
+    return run
+
+
+def precheck(cfg: DictConfig) -> None:
+    """Raise one :class:`ConfigError` listing what :func:`check_config` finds. The CLI runs it before Hydra creates
+    the run folder (launcher/run_check.py): this module imports no torch at module level, so these errors come in
+    about a second (docs/configuration.md#validation)."""
+    errors = ConfigErrors()
+    check_config(cfg, errors)
+    errors.raise_if_any()
+
+
+def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
+    """Raise one :class:`ConfigError` listing everything the config cannot run with; return the prompts the run
+    trains on (without the ``eval.split`` held out for evaluation).
+
+    ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
+    which the job repeats on its node."""
+    # these import torch: inside the function, so that precheck() stays free of it
+    from launcher.checkpoint.resume import check_resume_from
+    from launcher.train.data import split_prompts
+    from launcher.train.evaluation import Evaluator
+
+    errors = ConfigErrors()
+    run = check_config(cfg, errors)
     with errors.collect():
         check_resume_from(cfg)  # the DictConfig: the run identity is read from it
     if on_this_host:
@@ -155,8 +178,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
         )
     margin = cfg.protocol.margin
     errors.require(margin is None or not margin < 0, "protocol.margin", f"must be >= 0 (got {margin})")
-    lr_schedule.check(cfg, errors)
-    ParameterEMA.check(cfg, errors)
+    check_lr_schedule(cfg, errors)
+    check_ema(cfg, errors)
     with errors.collect():
         check_mesh_config(cfg.cluster)
     check_cluster_resources(cfg.cluster, errors)
@@ -180,6 +203,48 @@ def check_optimizer(o: Any, errors: ConfigErrors) -> None:
         math.isfinite(o.weight_decay) and o.weight_decay >= 0,
         "optimizer.weight_decay",
         f"must be a finite number >= 0 (got {o.weight_decay}); 0 = no weight decay. Fix: optimizer.weight_decay=1e-4",
+    )
+
+
+def check_lr_schedule(cfg: Any, errors: ConfigErrors) -> None:
+    """``optimizer.scheduler`` and ``optimizer.warmup_steps`` (the schedules: launcher/train/lr_schedule.py)."""
+    o, steps = cfg.optimizer, int(cfg.trainer.steps)
+    name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
+    errors.require(
+        name != LRSchedule.constant or not warmup,
+        "optimizer.warmup_steps",
+        f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
+        f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0",
+    )
+    errors.require(
+        name == LRSchedule.constant or warmup >= 1,
+        "optimizer.warmup_steps",
+        f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})",
+    )
+    errors.require(
+        name != LRSchedule.warmup_cosine or warmup < steps,
+        "optimizer.warmup_steps",
+        f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < trainer.steps",
+    )
+
+
+def check_ema(cfg: Any, errors: ConfigErrors) -> None:
+    """The EMA's keys (``trainer.ema_*``, ``trainer.export_ema``; the EMA: launcher/train/ema.py)."""
+    t = cfg.trainer
+    errors.require(
+        0.0 <= t.ema_decay < 1.0,
+        "trainer.ema_decay",
+        f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995",
+    )
+    errors.require(
+        not t.export_ema or t.ema_decay > 0,
+        "trainer.export_ema",
+        "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or trainer.export_ema=false",
+    )
+    errors.require(
+        not t.ema_warmup or t.ema_decay > 0,
+        "trainer.ema_warmup",
+        "true needs an EMA of the weights. Fix: trainer.ema_decay=0.9 (for example), or trainer.ema_warmup=false",
     )
 
 
