@@ -34,7 +34,7 @@ from rewardflow.prompts import load_prompts
 
 log = logging.getLogger(__name__)
 
-#: the config groups whose component has a ``check`` hook (``logger=none`` has no component)
+#: the config groups of a component (``logger=none`` has none), whose config class may have a ``check`` hook
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
@@ -49,7 +49,19 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
     check_environment(run, errors)
+    check_components(run, errors)
     return run
+
+
+def check_components(run: Any, errors: ConfigErrors) -> None:
+    """Each group's own rules: the hook ``@classmethod check(cls, cfg, errors)`` of its typed config class
+    (``MethodConfig`` and its subclasses, ...), which sees the whole run config and imports no torch. The config
+    class is the node's own type (``OmegaConf.to_object`` built it from the group's schema), so no component code is
+    imported here (docs/configuration.md#validation)."""
+    for group in COMPONENT_GROUPS:
+        hook = getattr(type(getattr(run, group)), "check", None)
+        if callable(hook):
+            hook(run, errors)
 
 
 def precheck(cfg: DictConfig) -> None:
@@ -84,8 +96,10 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         if getattr(node, "_target_", None) is not None:
             with errors.collect():
                 classes[group] = component_class(node, group)
-    for cls in classes.values():
-        cls.check(run, errors)
+    for cls in classes.values():  # the few checks that need a component's code or files (check_with_code)
+        hook = getattr(cls, "check_with_code", None)
+        if callable(hook):
+            hook(run, errors)
     if not errors.messages:  # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
     Evaluator.check(run, errors)
