@@ -1,16 +1,17 @@
 """Checks of the composed config that run before any model is built, all at once.
 
 Types, unknown keys and unknown modes are already rejected at composition (the typed configs). Here every component
-of the run (method, model, reward, data, logger) checks the values it cannot run with through its hook
-``@classmethod check(cls, cfg, errors)``, which sees the whole run config (typed) and records failures in ``errors``
-(:class:`rewardflow.errors.ConfigErrors`, one ``errors.require(ok, key, message)`` per rule); the trainer's own keys
-and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
-each naming its key and the fix.
+of the run (method, model, reward, data, logger) checks the values it cannot run with through the hook
+``@classmethod check(cls, cfg, errors)`` of its typed config class (``MethodConfig.check`` and its subclasses, ...),
+which sees the whole run config (typed) and records failures in ``errors`` (:class:`rewardflow.errors.ConfigErrors`,
+one ``errors.require(ok, key, message)`` per rule); the trainer's own keys and the rules across groups are checked
+here. The user then gets one :class:`ConfigError` listing every failure, each naming its key and the fix.
 
-The checks that need no component's code (:func:`check_config`) come first and import no torch: the CLI runs them
-(:func:`precheck`) before Hydra creates the run folder, so the usual mistakes (``trainer.steps=0``, a misspelt
-``+method.clip_rnage``) are reported in about a second; the component hooks need the component classes, which
-import torch, and run in the trainer (docs/configuration.md#validation).
+:func:`check_config` (the config classes' hooks included) imports no torch: the CLI runs it (:func:`precheck`)
+before Hydra creates the run folder, so ``trainer.steps=0`` or ``method.clip_range=-1`` is reported in about a
+second. The checks that need a component's code or files (the component classes' ``check_with_code``: the model
+families' and the rewards'), the evaluation's, ``trainer.resume_from`` and the devices run in the trainer
+(docs/configuration.md#validation).
 """
 
 from __future__ import annotations
