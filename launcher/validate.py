@@ -1,16 +1,17 @@
 """Checks of the composed config that run before any model is built, all at once.
 
 Types, unknown keys and unknown modes are already rejected at composition (the typed configs). Here every component
-of the run (method, model, reward, data, logger) checks the values it cannot run with through its hook
-``@classmethod check(cls, cfg, errors)``, which sees the whole run config (typed) and records failures in ``errors``
-(:class:`rewardflow.errors.ConfigErrors`, one ``errors.require(ok, key, message)`` per rule); the trainer's own keys
-and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
-each naming its key and the fix.
+of the run (method, model, reward, data, logger) checks the values it cannot run with through the hook
+``@classmethod check(cls, cfg, errors)`` of its typed config class (``MethodConfig.check`` and its subclasses, ...),
+which sees the whole run config (typed) and records failures in ``errors`` (:class:`rewardflow.errors.ConfigErrors`,
+one ``errors.require(ok, key, message)`` per rule); the trainer's own keys and the rules across groups are checked
+here. The user then gets one :class:`ConfigError` listing every failure, each naming its key and the fix.
 
-The checks that need no component's code (:func:`check_config`) come first and import no torch: the CLI runs them
-(:func:`precheck`) before Hydra creates the run folder, so the usual mistakes (``trainer.steps=0``, a misspelt
-``+method.clip_rnage``) are reported in about a second; the component hooks need the component classes, which
-import torch, and run in the trainer (docs/configuration.md#validation).
+:func:`check_config` (the config classes' hooks included) imports no torch: the CLI runs it (:func:`precheck`)
+before Hydra creates the run folder, so ``trainer.steps=0`` or ``method.clip_range=-1`` is reported in about a
+second. The checks that need a component's code or files (the component classes' ``check_with_code``: the model
+families' and the rewards'), the evaluation's, ``trainer.resume_from`` and the devices run in the trainer
+(docs/configuration.md#validation).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from rewardflow.prompts import load_prompts
 
 log = logging.getLogger(__name__)
 
-#: the config groups whose component has a ``check`` hook (``logger=none`` has no component)
+#: the config groups of a component (``logger=none`` has none), whose config class may have a ``check`` hook
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
 
 
@@ -49,7 +50,19 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
     check_environment(run, errors)
+    check_components(run, errors)
     return run
+
+
+def check_components(run: Any, errors: ConfigErrors) -> None:
+    """Each group's own rules: the hook ``@classmethod check(cls, cfg, errors)`` of its typed config class
+    (``MethodConfig`` and its subclasses, ...), which sees the whole run config and imports no torch. The config
+    class is the node's own type (``OmegaConf.to_object`` built it from the group's schema), so no component code is
+    imported here (docs/configuration.md#validation)."""
+    for group in COMPONENT_GROUPS:
+        hook = getattr(type(getattr(run, group)), "check", None)
+        if callable(hook):
+            hook(run, errors)
 
 
 def precheck(cfg: DictConfig) -> None:
@@ -84,8 +97,10 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         if getattr(node, "_target_", None) is not None:
             with errors.collect():
                 classes[group] = component_class(node, group)
-    for cls in classes.values():
-        cls.check(run, errors)
+    for cls in classes.values():  # the few checks that need a component's code or files (check_with_code)
+        hook = getattr(cls, "check_with_code", None)
+        if callable(hook):
+            hook(run, errors)
     if not errors.messages:  # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
     Evaluator.check(run, errors)
