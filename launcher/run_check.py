@@ -79,3 +79,5 @@ class RunCheck(Callback):
         except ConfigError as e:
             print(f"rewardflow: config error: {e}", file=sys.stderr)
             sys.exit(EXIT_CODE)
+        except Exception:  # noqa: BLE001 - e.g. an unresolvable ${...}: the task reports it, with its fix, in one line
+            return  # (Hydra would print a callback's exception as a warning beside that line)
