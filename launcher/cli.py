@@ -59,7 +59,7 @@ def run(cfg: DictConfig, info=None) -> float:
 
         stray = stray_process_group(str(cfg.cluster.name))
         if stray:  # before any rendezvous: a message in seconds, not a 600 s wait
-            _report(f"config error: {stray}", 2)
+            _report(f"config error: {stray}", 2, remove_new_folder=True)
     if info is None and cfg.cluster.name == "local":
         _lock_run_dir_early()
     from launcher.train.trainer import Trainer, TrainingAborted
@@ -72,7 +72,7 @@ def run(cfg: DictConfig, info=None) -> float:
         cause = config_error_in(e)
         if cause is None:
             raise
-        _report(f"config error: {cause}", 2)
+        _report(f"config error: {cause}", 2, remove_new_folder=info is None)
     try:
         return trainer.fit()
     except TrainingAborted as e:
@@ -130,12 +130,16 @@ def _lock_run_dir_early() -> None:
         _report(f"config error: {e}", 2)
 
 
-def _report(message: str, exit_code: int) -> NoReturn:
-    """End the run with a one-paragraph message on stderr, kept in the run's log file too."""
+def _report(message: str, exit_code: int, remove_new_folder: bool = False) -> NoReturn:
+    """End the run with a one-paragraph message on stderr, kept in the run's log file too; ``remove_new_folder``: a
+    config error of a run whose folder this command created removes it instead (launcher/run_check.py), as the
+    errors found before Hydra creates it leave none."""
+    from launcher.run_check import remove_new_run_folder
     from launcher.tracking.log_files import log_to_files
 
     print(f"rewardflow: {message}", file=sys.stderr)
-    log_to_files(log, logging.ERROR, message)
+    if not (remove_new_folder and remove_new_run_folder()):
+        log_to_files(log, logging.ERROR, message)
     sys.exit(exit_code)
 
 

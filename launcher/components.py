@@ -16,6 +16,7 @@ GROUP_BASES = {
     "model": "models.backbone.Backbone",
     "reward": "rewards.base.Reward",
     "data": "launcher.train.data.PromptSource",
+    "logger": "launcher.tracking.wandb_logger.WandbLogger",
 }
 
 
@@ -33,8 +34,8 @@ def component_class(node: Any, key: str) -> type[Any]:
     group = "reward" if key.startswith("eval.rewards.") else key.split(".")[0].split("=")[0]
     base = GROUP_BASES.get(group)
     names = {f"{c.__module__}.{c.__qualname__}" for c in getattr(cls, "__mro__", ())}
-    if (base is not None and base not in names) or not callable(getattr(cls, "check", None)):
-        what = f"a subclass of {base}" if base else "a class with the config-check hook `check(cfg, errors)`"
+    if base is not None and base not in names:
+        what = f"a subclass of {base}"
         raise ConfigError(
             f"{key}._target_={target!r} is not a {group} component (a {group} component is {what}). Fix: pick a "
             f"{group} option ({group}=<name>; `rewardflow --help` lists them) and leave {key}._target_ as it sets it"

@@ -90,6 +90,9 @@ def register_resolvers() -> None:
 
 
 def register_configs() -> None:
+    from launcher.config_store_share import share_config_store
+
+    share_config_store()  # Hydra's lookups copy the store ~135 times for `--help` (see that module)
     register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)

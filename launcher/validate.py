@@ -1,11 +1,17 @@
 """Checks of the composed config that run before any model is built, all at once.
 
 Types, unknown keys and unknown modes are already rejected at composition (the typed configs). Here every component
-of the run (method, model, reward, data, logger) checks the values it cannot run with through its hook
-``@classmethod check(cls, cfg, errors)``, which sees the whole run config (typed) and records failures in ``errors``
-(:class:`rewardflow.errors.ConfigErrors`, one ``errors.require(ok, key, message)`` per rule); the trainer's own keys
-and the rules across groups are checked here. The user then gets one :class:`ConfigError` listing every failure,
-each naming its key and the fix.
+of the run (method, model, reward, data, logger) checks the values it cannot run with through the hook
+``@classmethod check(cls, cfg, errors)`` of its typed config class (``MethodConfig.check`` and its subclasses, ...),
+which sees the whole run config (typed) and records failures in ``errors`` (:class:`rewardflow.errors.ConfigErrors`,
+one ``errors.require(ok, key, message)`` per rule); the trainer's own keys and the rules across groups are checked
+here. The user then gets one :class:`ConfigError` listing every failure, each naming its key and the fix.
+
+:func:`check_config` (the config classes' hooks included) imports no torch: the CLI runs it (:func:`precheck`)
+before Hydra creates the run folder, so ``trainer.steps=0`` or ``method.clip_range=-1`` is reported in about a
+second. The checks that need a component's code or files (the component classes' ``check_with_code``: the model
+families' and the rewards'), the evaluation's, ``trainer.resume_from`` and the devices run in the trainer
+(docs/configuration.md#validation).
 """
 
 from __future__ import annotations
@@ -16,7 +22,6 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from launcher.checkpoint.resume import check_resume_from
 from launcher.cluster.cluster_defaults import check_cluster_resources
 from launcher.cluster.device_check import check_devices
 from launcher.cluster.env_check import check_environment
@@ -24,17 +29,49 @@ from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
 from launcher.strict_keys import check_keys
 from launcher.toy_values import toy_values
-from launcher.train import lr_schedule
-from launcher.train.data import split_prompts
-from launcher.train.ema import ParameterEMA
-from launcher.train.evaluation import Evaluator
+from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
 
 log = logging.getLogger(__name__)
 
-#: the config groups whose component has a ``check`` hook (``logger=none`` has no component)
+#: the config groups of a component (``logger=none`` has none), whose config class may have a ``check`` hook
 COMPONENT_GROUPS = ("method", "model", "reward", "data", "logger")
+
+
+def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
+    """The checks that need no component's code (nor torch): missing and unknown keys (raised at once, as the rest
+    needs a valid tree), then the trainer's, optimizer's, protocol's and cluster's own keys and the environment,
+    recorded in ``errors``. Returns the typed config (``OmegaConf.to_object``)."""
+    for key in OmegaConf.missing_keys(cfg):
+        errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
+    check_keys(cfg, errors)
+    errors.raise_if_any()
+    run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
+    check_trainer(run, errors)
+    check_environment(run, errors)
+    check_components(run, errors)
+    return run
+
+
+def check_components(run: Any, errors: ConfigErrors) -> None:
+    """Each group's own rules: the hook ``@classmethod check(cls, cfg, errors)`` of its typed config class
+    (``MethodConfig`` and its subclasses, ...), which sees the whole run config and imports no torch. The config
+    class is the node's own type (``OmegaConf.to_object`` built it from the group's schema), so no component code is
+    imported here (docs/configuration.md#validation)."""
+    for group in COMPONENT_GROUPS:
+        hook = getattr(type(getattr(run, group)), "check", None)
+        if callable(hook):
+            hook(run, errors)
+
+
+def precheck(cfg: DictConfig) -> None:
+    """Raise one :class:`ConfigError` listing what :func:`check_config` finds. The CLI runs it before Hydra creates
+    the run folder (launcher/run_check.py): this module imports no torch at module level, so these errors come in
+    about a second (docs/configuration.md#validation)."""
+    errors = ConfigErrors()
+    check_config(cfg, errors)
+    errors.raise_if_any()
 
 
 def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
@@ -43,14 +80,13 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
 
     ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
     which the job repeats on its node."""
+    # these import torch: inside the function, so that precheck() stays free of it
+    from launcher.checkpoint.resume import check_resume_from
+    from launcher.train.data import split_prompts
+    from launcher.train.evaluation import Evaluator
+
     errors = ConfigErrors()
-    for key in OmegaConf.missing_keys(cfg):
-        errors.require(False, key, f"is required and not set (??? in the composed config). Fix: {key}=<value>")
-    check_keys(cfg, errors)
-    errors.raise_if_any()
-    run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
-    check_trainer(run, errors)
-    check_environment(run, errors)
+    run = check_config(cfg, errors)
     with errors.collect():
         check_resume_from(cfg)  # the DictConfig: the run identity is read from it
     if on_this_host:
@@ -61,8 +97,10 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
         if getattr(node, "_target_", None) is not None:
             with errors.collect():
                 classes[group] = component_class(node, group)
-    for cls in classes.values():
-        cls.check(run, errors)
+    for cls in classes.values():  # the few checks that need a component's code or files (check_with_code)
+        hook = getattr(cls, "check_with_code", None)
+        if callable(hook):
+            hook(run, errors)
     if not errors.messages:  # rules across groups need each group to be valid
         check_across_groups(run, classes, errors)
     Evaluator.check(run, errors)
@@ -155,8 +193,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
         )
     margin = cfg.protocol.margin
     errors.require(margin is None or not margin < 0, "protocol.margin", f"must be >= 0 (got {margin})")
-    lr_schedule.check(cfg, errors)
-    ParameterEMA.check(cfg, errors)
+    check_lr_schedule(cfg, errors)
+    check_ema(cfg, errors)
     with errors.collect():
         check_mesh_config(cfg.cluster)
     check_cluster_resources(cfg.cluster, errors)
@@ -180,6 +218,48 @@ def check_optimizer(o: Any, errors: ConfigErrors) -> None:
         math.isfinite(o.weight_decay) and o.weight_decay >= 0,
         "optimizer.weight_decay",
         f"must be a finite number >= 0 (got {o.weight_decay}); 0 = no weight decay. Fix: optimizer.weight_decay=1e-4",
+    )
+
+
+def check_lr_schedule(cfg: Any, errors: ConfigErrors) -> None:
+    """``optimizer.scheduler`` and ``optimizer.warmup_steps`` (the schedules: launcher/train/lr_schedule.py)."""
+    o, steps = cfg.optimizer, int(cfg.trainer.steps)
+    name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
+    errors.require(
+        name != LRSchedule.constant or not warmup,
+        "optimizer.warmup_steps",
+        f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
+        f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0",
+    )
+    errors.require(
+        name == LRSchedule.constant or warmup >= 1,
+        "optimizer.warmup_steps",
+        f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})",
+    )
+    errors.require(
+        name != LRSchedule.warmup_cosine or warmup < steps,
+        "optimizer.warmup_steps",
+        f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < trainer.steps",
+    )
+
+
+def check_ema(cfg: Any, errors: ConfigErrors) -> None:
+    """The EMA's keys (``trainer.ema_*``, ``trainer.export_ema``; the EMA: launcher/train/ema.py)."""
+    t = cfg.trainer
+    errors.require(
+        0.0 <= t.ema_decay < 1.0,
+        "trainer.ema_decay",
+        f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995",
+    )
+    errors.require(
+        not t.export_ema or t.ema_decay > 0,
+        "trainer.export_ema",
+        "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or trainer.export_ema=false",
+    )
+    errors.require(
+        not t.ema_warmup or t.ema_decay > 0,
+        "trainer.ema_warmup",
+        "true needs an EMA of the weights. Fix: trainer.ema_decay=0.9 (for example), or trainer.ema_warmup=false",
     )
 
 

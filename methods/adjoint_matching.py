@@ -21,8 +21,6 @@ frozen model), ``|S|`` forward + backward of the fine-tuned model for the loss.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from methods.adjoint_matching_config import AdjointMatchingConfig
@@ -33,7 +31,6 @@ from methods.soc_base import SOCMethod
 from methods.trajectory import Trajectory
 from methods.update_rows import add_sums
 from models.backbone import Backbone, host_randn
-from rewardflow.errors import ConfigErrors
 
 
 def am_loss_steps(n: int, k: int, last: int, random: int, generator: torch.Generator) -> torch.Tensor:
@@ -55,28 +52,6 @@ class AdjointMatching(SOCMethod[AdjointMatchingConfig]):
         # host grid is a sync on CUDA; docs/performance.md#one-host-sync-per-update)
         self.ts_device = self.ts.to(backbone.device)
         self.solver = LeanAdjointSolver(self.schedule)
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        if m.sigma_offset >= 0:  # negative: SOCMethod's error already
-            errors.require(
-                m.sigma_offset > 0,
-                "method.sigma_offset",
-                f"must be > 0 for the rollout (got "
-                f"{m.sigma_offset}): the memoryless sigma(t) is infinite at t = 0 without it; AM uses 1/40",
-            )
-        errors.require(
-            m.loss_last_steps >= 0 and m.loss_random_steps >= 0,
-            "method.loss_last_steps",
-            f"loss_last_steps and loss_random_steps must be >= 0 (got {m.loss_last_steps}, {m.loss_random_steps})",
-        )
-        errors.require(
-            m.loss_last_steps + m.loss_random_steps >= 1,
-            "method.loss_last_steps",
-            "loss_last_steps + loss_random_steps must be >= 1 (AM: 10 + 10)",
-        )
 
     # -- which grid steps enter the loss (AM App. G.2, secondhand) ---------------------------------------------
     @classmethod

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from omegaconf import MISSING
+
+from rewardflow.errors import ConfigErrors
 
 
 @dataclass
@@ -34,3 +37,31 @@ class MethodConfig:
     trajectory_offload: bool = False  # keep the states the update reads in pinned host memory, not on the GPU
     shuffle_samples: bool = False  # shuffle the samples before splitting them into updates (Flow-GRPO)
     recipe_lr: RecipeLR = field(default_factory=RecipeLR)  # optimizer.lr per model.finetune (each method's source)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
+        record in ``errors`` what this method cannot run with. ``cfg`` is the whole run config (typed; this method's
+        is ``cfg.method``). Subclasses add their rules after ``super().check(cfg, errors)``."""
+        m = cfg.method
+        for key in ("group_size", "prompts_per_step"):
+            errors.require(getattr(m, key) >= 1, f"method.{key}", f"must be >= 1 (got {getattr(m, key)})")
+        errors.require(
+            m.update_batch >= 1,
+            "method.update_batch",
+            f"must be >= 1 (got {m.update_batch}): transformer "
+            f"rows per call of the update, CFG rows counted (docs/performance.md#batched-trained-steps)",
+        )
+        errors.require(m.sampling_steps >= 2, "method.sampling_steps", f"must be >= 2 (got {m.sampling_steps})")
+        errors.require(
+            m.rollout_chunk >= 1,
+            "method.rollout_chunk",
+            f"must be >= 1 row (got {m.rollout_chunk}); a sample with true CFG is 2 rows and is never split",
+        )
+        errors.require(m.decode_chunk >= 1, "method.decode_chunk", f"must be >= 1 image (got {m.decode_chunk})")
+        n = m.group_size * m.prompts_per_step
+        errors.require(
+            m.updates_per_rollout >= 1 and n % m.updates_per_rollout == 0,
+            "method.updates_per_rollout",
+            f"must divide the {n} samples per step (group_size x prompts_per_step); got {m.updates_per_rollout}",
+        )

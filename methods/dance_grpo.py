@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from methods.grpo import GRPO, GRPOConfigT
+from methods.trained_steps import dance_trained
 
 
 class DanceGRPO(GRPO[GRPOConfigT]):
@@ -13,7 +14,7 @@ class DanceGRPO(GRPO[GRPOConfigT]):
 
     @classmethod
     def trained_per_sample(cls, cfg: GRPOConfigT) -> int:
-        return max(1, int(cfg.timestep_fraction * (cfg.sampling_steps - 1)))
+        return dance_trained(cfg.timestep_fraction, cfg.sampling_steps)
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, n = stochastic.shape

@@ -24,7 +24,6 @@ trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 
@@ -39,7 +38,6 @@ from methods.schedule import make_sigmas, quantize_model_time
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone
 from models.common import DiffusersBackbone
-from rewardflow.errors import ConfigErrors
 
 log = logging.getLogger(__name__)
 
@@ -63,44 +61,6 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
         self._decay = 0.0
 
     # -- config -------------------------------------------------------------------------------------------------
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        if m.group_size >= 1:
-            errors.require(
-                m.group_size >= 2,
-                "method.group_size",
-                f"must be >= 2 for per-prompt advantages (got {m.group_size}); the authors use 24",
-            )
-        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
-        errors.require(
-            m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors use 1 or 0.1"
-        )
-        errors.require(
-            m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off"
-        )
-        errors.require(
-            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the authors use 5"
-        )
-        if errors.require(
-            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
-        ):
-            errors.require(
-                int(m.timestep_fraction * m.sampling_steps) >= 1,
-                "method.timestep_fraction",
-                f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
-                f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more",
-            )
-        errors.require(m.old_decay_flat >= 0, "method.old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
-        errors.require(m.old_decay_rate >= 0, "method.old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
-        errors.require(
-            0 <= m.old_decay_max < 1,
-            "method.old_decay_max",
-            f"must be in [0, 1) (got "
-            f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999",
-        )
-
     @classmethod
     def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
         return cfg.kl_beta > 0

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from methods.base_config import MethodConfig, RecipeLR
 from methods.grpo_config import Advantage
 from methods.schedule_config import Schedule
+from rewardflow.errors import ConfigErrors
 
 
 class Sampler(StrEnum):
@@ -62,6 +64,44 @@ class DiffusionNFTConfig(MethodConfig):
     old_decay_rate: float = 0.001  # before old_decay_flat optimizer steps, then min(old_decay_rate x (steps -
     old_decay_max: float = 0.5  # old_decay_flat), old_decay_max): decay_type 1 (nft.py:60,
     # train_nft_sd3.py:169-189)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        if m.group_size >= 1:
+            errors.require(
+                m.group_size >= 2,
+                "method.group_size",
+                f"must be >= 2 for per-prompt advantages (got {m.group_size}); the authors use 24",
+            )
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(
+            m.beta > 0, "method.beta", f"must be > 0 (got {m.beta}): the loss divides by it; the authors use 1 or 0.1"
+        )
+        errors.require(
+            m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta}); 0 turns the reference term off"
+        )
+        errors.require(
+            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the authors use 5"
+        )
+        if errors.require(
+            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
+        ):
+            errors.require(
+                int(m.timestep_fraction * m.sampling_steps) >= 1,
+                "method.timestep_fraction",
+                f"trains floor({m.timestep_fraction} x sampling_steps={m.sampling_steps}) = 0 times per "
+                f"sample. Fix: method.timestep_fraction={1.0 / max(1, m.sampling_steps):.3g} or more",
+            )
+        errors.require(m.old_decay_flat >= 0, "method.old_decay_flat", f"must be >= 0 (got {m.old_decay_flat})")
+        errors.require(m.old_decay_rate >= 0, "method.old_decay_rate", f"must be >= 0 (got {m.old_decay_rate})")
+        errors.require(
+            0 <= m.old_decay_max < 1,
+            "method.old_decay_max",
+            f"must be in [0, 1) (got "
+            f"{m.old_decay_max}); 1 would freeze the sampling policy; the authors use 0.5 or 0.999",
+        )
 
 
 SCHEMAS = {"method": {"diffusion_nft": DiffusionNFTConfig}}

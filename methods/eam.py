@@ -29,8 +29,6 @@ loss; no VJPs and no stored trajectory.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from methods.adjoint_matching import am_loss_steps
@@ -46,7 +44,6 @@ from methods.soc_base import SOCMethod
 from methods.terminal_score import terminal_score
 from methods.update_rows import add_sums
 from models.backbone import Backbone, PromptEmbeds
-from rewardflow.errors import ConfigErrors
 
 
 class EAM(SOCMethod[EAMConfig]):
@@ -56,34 +53,6 @@ class EAM(SOCMethod[EAMConfig]):
         self.endpoint_ts = am_time_grid(
             cfg.endpoint_schedule, int(cfg.endpoint_nfe), float(cfg.endpoint_shift), backbone
         )
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        errors.require(
-            m.c > 0,
-            "method.c",
-            f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
-            f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)",
-        )
-        errors.require(
-            m.endpoint_nfe >= 1, "method.endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the default is 10"
-        )
-        errors.require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
-        errors.require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
-        errors.require(
-            m.loss_timesteps >= 1,
-            "method.loss_timesteps",
-            f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)",
-        )
-        errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
-        if m.time_sampling == TimeSampling.am_grid:
-            errors.require(
-                m.loss_timesteps <= m.sampling_steps,
-                "method.loss_timesteps",
-                f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})",
-            )
 
     @classmethod
     def passes_per_sample(cls, cfg: EAMConfig) -> tuple[int, int]:

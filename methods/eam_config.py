@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from methods.schedule_config import Schedule
 from methods.soc_base_config import SOCConfig
+from rewardflow.errors import ConfigErrors
 
 
 class TerminalScore(StrEnum):
@@ -45,6 +47,34 @@ class EAMConfig(SOCConfig):
     loss_weight: LossWeight = LossWeight.memoryless  # [R]
     # loss_clip stays 0: AM's LCT is an AM trick (loss_clip=1.6 to use it); (lambda |grad r| must compete with
     # |s_pre + X_1| of the terminal cost when sizing reward_scale)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        errors.require(
+            m.c > 0,
+            "method.c",
+            f"must be > 0 (got {m.c}): the base's terminal law is N(0, c^2 I); 1 "
+            f"suits unit-variance latents (c -> infinity diverges, docs/methods/eam.md#the-linear-base)",
+        )
+        errors.require(
+            m.endpoint_nfe >= 1, "method.endpoint_nfe", f"must be >= 1 (got {m.endpoint_nfe}); the default is 10"
+        )
+        errors.require(m.endpoint_shift > 0, "method.endpoint_shift", f"must be > 0 (got {m.endpoint_shift})")
+        errors.require(0 < m.delta < 0.5, "method.delta", f"must be in (0, 0.5) (got {m.delta}); try 0.01..0.05")
+        errors.require(
+            m.loss_timesteps >= 1,
+            "method.loss_timesteps",
+            f"must be >= 1 (got {m.loss_timesteps}); 4 (fast) or 20 (AM parity)",
+        )
+        errors.require(0 < m.t_min < 0.5, "method.t_min", f"must be in (0, 0.5) (got {m.t_min}); the default is 1/40")
+        if m.time_sampling == TimeSampling.am_grid:
+            errors.require(
+                m.loss_timesteps <= m.sampling_steps,
+                "method.loss_timesteps",
+                f"must be <= sampling_steps={m.sampling_steps} with time_sampling=am_grid (got {m.loss_timesteps})",
+            )
 
 
 SCHEMAS = {"method": {"eam": EAMConfig}}

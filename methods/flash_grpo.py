@@ -16,19 +16,15 @@ What differs from the shared GRPO machinery, and nothing else:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from methods.base import Rollout
 from methods.flash_diagnostics import FlashDiagnostics
 from methods.flash_grpo_config import FlashGRPOConfig
 from methods.grpo import GRPO
-from methods.grpo_config import NoiseKernel
 from methods.rectification import rectification_factor, rectification_weights
 from methods.sde_index import default_sde_index_pool, group_sde_indices
 from models.backbone import Backbone
-from rewardflow.errors import ConfigErrors
 
 
 class FlashGRPO(GRPO[FlashGRPOConfig]):
@@ -42,40 +38,6 @@ class FlashGRPO(GRPO[FlashGRPOConfig]):
         self.diagnostics = FlashDiagnostics(self.pool)
 
     # -- config -------------------------------------------------------------------------------------------------
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        last = m.sampling_steps - 2
-        if m.sde_index_pool is not None:
-            pool = list(m.sde_index_pool)
-            errors.require(
-                len(pool) > 0 and len(set(pool)) == len(pool),
-                "method.sde_index_pool",
-                f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
-                f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]",
-            )
-            errors.require(
-                all(0 <= k <= last for k in pool),
-                "method.sde_index_pool",
-                f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
-                f"never the SDE step (Delta and lambda are largest there). Fix: "
-                f"method.sde_index_pool=null or drop the out-of-range indices",
-            )
-        errors.require(
-            bool(m.init_same_noise) == bool(m.share_init_noise),
-            "method.init_same_noise",
-            f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
-            f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only",
-        )
-        errors.require(
-            not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps),
-            "method.kl_rectify",
-            "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
-            "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
-            "another method.noise_kernel",
-        )
-
     @classmethod
     def trained_per_sample(cls, cfg: FlashGRPOConfig) -> int:
         return 1  # k*

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import II
 
 from methods.base_config import RecipeLR
 from methods.grpo_config import Advantage, Decode, GRPOConfig, NoiseKernel
 from methods.schedule_config import Schedule
+from rewardflow.errors import ConfigErrors
 
 
 class SdeIndexSampling(StrEnum):
@@ -61,6 +62,40 @@ class FlashGRPOConfig(GRPOConfig):
     iso_temporal: bool = True  # one k* per prompt group; false: one per sample (~ Flow-GRPO-Fast window 1)
     rectify: bool = True  # weight samples by (1/lambda)/mean(1/lambda); false: the "ITG" ablation
     weight_norm: WeightNorm = WeightNorm.update  # the 1/lambda denominator
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        last = m.sampling_steps - 2
+        if m.sde_index_pool is not None:
+            pool = list(m.sde_index_pool)
+            errors.require(
+                len(pool) > 0 and len(set(pool)) == len(pool),
+                "method.sde_index_pool",
+                f"must be a non-empty list of distinct step indices (got {pool}). Fix: "
+                f"method.sde_index_pool=null (the first half of the steps) or e.g. [0,1,2]",
+            )
+            errors.require(
+                all(0 <= k <= last for k in pool),
+                "method.sde_index_pool",
+                f"indices must lie in [0, sampling_steps - 2 = {last}] (got {pool}): the last step is "
+                f"never the SDE step (Delta and lambda are largest there). Fix: "
+                f"method.sde_index_pool=null or drop the out-of-range indices",
+            )
+        errors.require(
+            bool(m.init_same_noise) == bool(m.share_init_noise),
+            "method.init_same_noise",
+            f"Flash-GRPO's switch is method.share_init_noise (got init_same_noise={m.init_same_noise}, "
+            f"share_init_noise={m.share_init_noise}). Fix: set method.share_init_noise only",
+        )
+        errors.require(
+            not (m.kl_rectify and m.noise_kernel == NoiseKernel.cps),
+            "method.kl_rectify",
+            "its 1/lambda^2 weights assume the Gaussian log-prob, where the KL's gradient scales as "
+            "lambda^2; under noise_kernel=cps it does not (docs/cps.md). Fix: method.kl_rectify=false, or "
+            "another method.noise_kernel",
+        )
 
 
 SCHEMAS = {"method": {"flash_grpo": FlashGRPOConfig}}

@@ -6,13 +6,13 @@ from __future__ import annotations
 import torch
 
 from methods.grpo import GRPO, GRPOConfigT
+from methods.trained_steps import flow_trained
 
 
 class FlowGRPO(GRPO[GRPOConfigT]):
     @classmethod
     def trained_per_sample(cls, cfg: GRPOConfigT) -> int:
-        n = cfg.sampling_steps
-        return max(1, min(n - 1, int(cfg.timestep_fraction * n)))
+        return flow_trained(cfg.timestep_fraction, cfg.sampling_steps)
 
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         return torch.arange(self.trained_per_sample(self.cfg)).expand(stochastic.shape[0], -1).clone()

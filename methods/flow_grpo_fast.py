@@ -5,14 +5,14 @@ Outside the window the step is exactly the ODE Euler step (g = 0)."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
 from methods.flow_grpo import FlowGRPO
 from methods.flow_grpo_fast_config import FlowGRPOFastConfig
 from methods.jagg_config import JAGGConfig
-from rewardflow.errors import ConfigErrors
+from methods.trained_steps import fast_trained
 
 #: the configs the window runs with: Flow-GRPO-Fast's own, and JAGG's over it (``method.base=flow_grpo_fast``), which
 #: carries every baseline's keys (``window_size``, ``window_range``) without deriving from their config classes
@@ -22,26 +22,7 @@ FastConfigT = TypeVar("FastConfigT", bound=FlowGRPOFastConfig | JAGGConfig)
 class FlowGRPOFast(FlowGRPO[FastConfigT]):
     @classmethod
     def trained_per_sample(cls, cfg: FastConfigT) -> int:
-        return int(cfg.window_size) or int(cfg.sampling_steps) - 1  # the window; size 0: (0, N-1)
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        n, size = m.sampling_steps, m.window_size
-        if not errors.require(
-            len(m.window_range) == 2, "method.window_range", f"must be [lo, hi] (got {list(m.window_range)})"
-        ):
-            return
-        lo, hi = m.window_range
-        errors.require(size >= 0, "method.window_size", f"must be >= 0 (got {size}); 0 means the window (0, N-1)")
-        errors.require(
-            size <= 0 or (0 <= lo <= hi - size and hi <= n - 1),
-            "method.window_range",
-            f"{[lo, hi]} with window_size={size} does not fit the schedule of sampling_steps={n}: need "
-            f"0 <= lo <= hi - window_size and hi <= sampling_steps - 1 = {n - 1} (the last step is never "
-            f"trained). Fix: e.g. method.window_range=[0,{min(n - 1, max(size, n // 2))}]",
-        )
+        return fast_trained(cfg.window_size, cfg.sampling_steps)
 
     def window(self, generator: torch.Generator) -> tuple[int, int]:
         size = int(self.cfg.window_size)

@@ -5,7 +5,7 @@ differ only in the hooks :meth:`GRPO.stochastic_steps` and :meth:`GRPO.select_tr
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -20,7 +20,6 @@ from methods.sde import FlowSDEScheduler
 from methods.trajectory import Trajectory, transition_states
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
 from models.backbone import Backbone, host_randn
-from rewardflow.errors import ConfigErrors
 
 #: the config class of a GRPO method (the baselines, Flash-GRPO, JAGG)
 GRPOConfigT = TypeVar("GRPOConfigT", bound=GRPOConfig)
@@ -41,40 +40,6 @@ class GRPO(Method[GRPOConfigT]):
         )
 
     # -- config -------------------------------------------------------------------------------------------------
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        if m.group_size >= 1:
-            errors.require(
-                m.group_size >= 2,
-                "method.group_size",
-                f"must be >= 2 for group-relative advantages (got {m.group_size})",
-            )
-        errors.require(
-            m.clip_range > 0, "method.clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4"
-        )
-        errors.require(
-            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5"
-        )
-        errors.require(
-            m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic"
-        )
-        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
-        errors.require(
-            m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})"
-        )
-        errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
-        errors.require(
-            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
-        )
-        errors.require(
-            m.noise_kernel != NoiseKernel.cps or m.eta <= 1,
-            "method.eta",
-            f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
-            f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8",
-        )
-
     @classmethod
     def needs_reference(cls, cfg: GRPOConfigT) -> bool:
         return cfg.kl_beta > 0

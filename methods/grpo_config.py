@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from methods.base_config import MethodConfig, RecipeLR
 from methods.schedule_config import Schedule
+from rewardflow.errors import ConfigErrors
 
 
 class NoiseKernel(StrEnum):
@@ -61,3 +63,37 @@ class GRPOConfig(MethodConfig):
     recipe_lr: RecipeLR = field(default_factory=lambda: RecipeLR(lora=3e-4, full=1e-5))
     timestep_fraction: float = 0.6  # DanceGRPO: each sample trains a random floor(0.6 (N-1)) of its N-1 trainable
     # steps (the rule is each variant's)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        if m.group_size >= 1:
+            errors.require(
+                m.group_size >= 2,
+                "method.group_size",
+                f"must be >= 2 for group-relative advantages (got {m.group_size})",
+            )
+        errors.require(
+            m.clip_range > 0, "method.clip_range", f"must be > 0 (got {m.clip_range}); DanceGRPO and Flow-GRPO use 1e-4"
+        )
+        errors.require(
+            m.adv_clip_max > 0, "method.adv_clip_max", f"must be > 0 (got {m.adv_clip_max}); the baselines use 5"
+        )
+        errors.require(
+            m.eta > 0, "method.eta", f"must be > 0 (got {m.eta}): a zero noise level makes every step deterministic"
+        )
+        errors.require(m.shift > 0, "method.shift", f"must be > 0 (got {m.shift})")
+        errors.require(
+            m.pre_update_clip_warn >= 0, "method.pre_update_clip_warn", f"must be >= 0 (got {m.pre_update_clip_warn})"
+        )
+        errors.require(m.kl_beta >= 0, "method.kl_beta", f"must be >= 0 (got {m.kl_beta})")
+        errors.require(
+            0 < m.timestep_fraction <= 1, "method.timestep_fraction", f"must be in (0, 1] (got {m.timestep_fraction})"
+        )
+        errors.require(
+            m.noise_kernel != NoiseKernel.cps or m.eta <= 1,
+            "method.eta",
+            f"with noise_kernel=cps the noise level a sets the step's std sigma_next sin(a pi/2) and must "
+            f"be in (0, 1] (got {m.eta}); upstream's CPS configs use 0.8. Fix: method.eta=0.8",
+        )

@@ -14,9 +14,7 @@ override is the baseline's own code.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from typing import Any
 
 import torch
 
@@ -25,14 +23,15 @@ from methods.dance_grpo import DanceGRPO
 from methods.flow_grpo import FlowGRPO
 from methods.flow_grpo_fast import FlowGRPOFast
 from methods.grpo import GRPO, accumulate_stats
-from methods.jagg_config import Alpha, JAGGConfig, Remainder
+from methods.jagg_config import Alpha, JAGGConfig
 from methods.jagg_diagnostics import GradientProbe, compare
 from methods.jagg_groups import GroupLayout
 from methods.jagg_weights import aggregate, endpoint_weights, index_weights, time_weights
+from methods.trained_steps import jagg_trainable
 from methods.update_rows import row_calls, rows_per_call
 from models.backbone import Backbone
 from rewardflow.distributed import all_gather_objects
-from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +93,8 @@ class JAGG(GRPO[JAGGConfig]):
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
     def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        """M: how many steps per sample the baseline's rule lets JAGG train (with ``sampling_steps`` if given).
-        Default: the baseline's own trained-step rule."""
-        n = sampling_steps or m.sampling_steps
-        return super().trained_per_sample(dataclasses.replace(m, sampling_steps=n))
+        """M: how many steps per sample JAGG trains over ``m.base`` (the rule: methods/trained_steps.py)."""
+        return jagg_trainable(m, sampling_steps)
 
     @classmethod
     def trained_per_sample(cls, cfg: JAGGConfig) -> int:
@@ -113,68 +110,6 @@ class JAGG(GRPO[JAGGConfig]):
         fwd, _ = super(JAGG, variant).passes_per_sample(cfg)
         layout = GroupLayout(variant.num_trainable(cfg), int(cfg.window), float(cfg.jagg_frac), cfg.remainder)
         return fwd, layout.backward_rows_per_sample()
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        m = cfg.method
-        variant = VARIANTS[m.base]
-        super(JAGG, variant).check(cfg, errors)  # the baseline's own checks
-        window_ok = errors.require(
-            m.window >= 2,
-            "method.window",
-            f"must be >= 2 (got {m.window}): a group needs two "
-            f"endpoints; JAGG saves W - 2 backward passes per group (the paper uses 4)",
-        )
-        errors.require(
-            0 <= m.jagg_frac <= 1,
-            "method.jagg_frac",
-            f"must be in [0, 1] (got {m.jagg_frac}): the "
-            f"fraction of groups, from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)",
-        )
-        errors.require(
-            0 < m.group_fraction <= 1, "method.group_fraction", f"must be in (0, 1] (got {m.group_fraction})"
-        )
-        errors.require(
-            m.diagnose_every >= 0, "method.diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it"
-        )
-        if not window_ok:
-            return
-        steps, w = variant.num_trainable(m), int(m.window)
-        rule = variant.trained_rule(m)
-        if not errors.require(
-            steps >= w,
-            "method.window",
-            f"W = {w}, but {rule}, fewer than one group of {w}. "
-            f"Fix: {variant.fix_hint(m, w)} or a smaller method.window (2 is exact but saves "
-            f"nothing)",
-        ):
-            return
-        errors.require(
-            not steps % w or m.remainder != Remainder.error,
-            "method.window",
-            f"W = {w}, but {rule}, not a multiple of {w} (method.remainder=error). Fix: "
-            f"{variant.fix_hint(m, w)}, or method.remainder=exact (the last {steps % w} steps then form "
-            f"an exact group)",
-        )
-
-    @classmethod
-    def trained_rule(cls, m: JAGGConfig) -> str:
-        return f"method.base={m.base} trains {cls.num_trainable(m)} steps"
-
-    @classmethod
-    def fix_hint(cls, m: JAGGConfig, w: int) -> str:
-        """Which ``sampling_steps`` near the current one give a trainable count that fits ``w``."""
-        n = int(m.sampling_steps)
-        fits = [
-            k
-            for k in range(max(2, n - 3 * w), n + 3 * w + 1)
-            if cls.num_trainable(m, k) >= w and cls.num_trainable(m, k) % w == 0
-        ]
-        if not fits:
-            return "change the steps the baseline trains"
-        below, above = [k for k in fits if k <= n], [k for k in fits if k > n]
-        picks = ([below[-1]] if below else []) + ([above[0]] if above else [])
-        return " or ".join(f"method.sampling_steps={k} ({cls.num_trainable(m, k)} steps)" for k in picks)
 
     # -- rollout: the baseline's, then its trainable steps are cut into groups ----------------------------------
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
@@ -363,14 +298,6 @@ class JAGGDanceGRPO(JAGG, DanceGRPO[JAGGConfig]):
 
     train_steps_before_sampling = True  # all N - 1 trainable steps, known before sampling
 
-    @classmethod
-    def num_trainable(cls, m: JAGGConfig, sampling_steps: int | None = None) -> int:
-        return int(sampling_steps or m.sampling_steps) - 1
-
-    @classmethod
-    def trained_rule(cls, m: JAGGConfig) -> str:
-        return f"method.base=dance_grpo trains sampling_steps - 1 = {cls.num_trainable(m)} steps"
-
     def select_train_steps(self, stochastic: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
         b, n = stochastic.shape
         return torch.arange(n - 1).expand(b, -1).clone()
@@ -379,26 +306,9 @@ class JAGGDanceGRPO(JAGG, DanceGRPO[JAGGConfig]):
 class JAGGFlowGRPO(JAGG, FlowGRPO[JAGGConfig]):
     """JAGG over Flow-GRPO: its steps 0 .. floor(timestep_fraction N) - 1, in order."""
 
-    @classmethod
-    def trained_rule(cls, m: JAGGConfig) -> str:
-        return (
-            f"method.base=flow_grpo trains floor(timestep_fraction x sampling_steps), at most sampling_steps - 1,"
-            f" = {cls.num_trainable(m)} steps"
-        )
-
 
 class JAGGFlowGRPOFast(JAGG, FlowGRPOFast[JAGGConfig]):
     """JAGG over Flow-GRPO-Fast: the SDE window's steps (its stock: W = window_size, jagg_frac = 1)."""
-
-    @classmethod
-    def trained_rule(cls, m: JAGGConfig) -> str:
-        return f"method.base=flow_grpo_fast trains its SDE window of method.window_size = {cls.num_trainable(m)} steps"
-
-    @classmethod
-    def fix_hint(cls, m: JAGGConfig, w: int) -> str:
-        if int(m.window_size) == 0:
-            return super().fix_hint(m, w)
-        return f"method.window_size={w * max(1, -(-int(m.window_size) // w))} (window_range must fit it)"
 
 
 VARIANTS: dict[str, type[JAGG]] = {

@@ -12,9 +12,11 @@ from omegaconf import II
 
 from methods.dance_grpo_config import DanceGRPOConfig
 from methods.flow_grpo_config import FlowGRPOConfig
-from methods.flow_grpo_fast_config import FlowGRPOFastConfig
+from methods.flow_grpo_fast_config import FlowGRPOFastConfig, check_window
 from methods.grpo_config import Advantage, Decode, GRPOConfig, NoiseKernel
 from methods.schedule_config import Schedule
+from methods.trained_steps import jagg_fix_hint, jagg_trainable, jagg_trained_rule
+from rewardflow.errors import ConfigErrors
 
 
 class JAGGBase(StrEnum):
@@ -122,6 +124,52 @@ class JAGGConfig(GRPOConfig):
     window_size: int = _from_stock("window_size")  # base=flow_grpo_fast: the SDE window (trained steps)
     window_range: list[int] = field(default_factory=lambda: [0, 5])  # base=flow_grpo_fast: the window's start range
     stock: dict[str, Any] = field(default_factory=jagg_stock)  # per-base stock values the keys above follow
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The baseline's own checks (GRPO's; over Flow-GRPO-Fast its window's too), then JAGG's groups against the
+        steps the baseline trains (methods/trained_steps.py)."""
+        super().check(cfg, errors)
+        m = cfg.method
+        if m.base == JAGGBase.flow_grpo_fast:
+            check_window(m, errors)
+        window_ok = errors.require(
+            m.window >= 2,
+            "method.window",
+            f"must be >= 2 (got {m.window}): a group needs two "
+            f"endpoints; JAGG saves W - 2 backward passes per group (the paper uses 4)",
+        )
+        errors.require(
+            0 <= m.jagg_frac <= 1,
+            "method.jagg_frac",
+            f"must be in [0, 1] (got {m.jagg_frac}): the "
+            f"fraction of groups, from the high-noise end, that use JAGG (0 = exact baseline, paper 0.6)",
+        )
+        errors.require(
+            0 < m.group_fraction <= 1, "method.group_fraction", f"must be in (0, 1] (got {m.group_fraction})"
+        )
+        errors.require(
+            m.diagnose_every >= 0, "method.diagnose_every", f"must be >= 0 (got {m.diagnose_every}); 0 disables it"
+        )
+        if not window_ok:
+            return
+        steps, w = jagg_trainable(m), int(m.window)
+        rule = jagg_trained_rule(m)
+        if not errors.require(
+            steps >= w,
+            "method.window",
+            f"W = {w}, but {rule}, fewer than one group of {w}. "
+            f"Fix: {jagg_fix_hint(m, w)} or a smaller method.window (2 is exact but saves "
+            f"nothing)",
+        ):
+            return
+        errors.require(
+            not steps % w or m.remainder != Remainder.error,
+            "method.window",
+            f"W = {w}, but {rule}, not a multiple of {w} (method.remainder=error). Fix: "
+            f"{jagg_fix_hint(m, w)}, or method.remainder=exact (the last {steps % w} steps then form "
+            f"an exact group)",
+        )
 
 
 SCHEMAS = {"method": {"jagg": JAGGConfig}}

@@ -15,7 +15,7 @@ LCT = 1.6 lambda^2); clipped samples contribute no gradient. The update is the m
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 
@@ -26,7 +26,6 @@ from methods.soc_base_config import LossReduction, SOCConfig
 from methods.time_convention import time_convention
 from methods.update_rows import rows_per_call
 from models.backbone import Backbone, PromptEmbeds
-from rewardflow.errors import ConfigErrors
 
 #: the config class of a stochastic-optimal-control method (adjoint matching, EAM)
 SOCConfigT = TypeVar("SOCConfigT", bound=SOCConfig)
@@ -45,22 +44,6 @@ class SOCMethod(Method[SOCConfigT]):
         self._step_metrics: dict[str, float] = {}
 
     # -- config -------------------------------------------------------------------------------------------------
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
-        m = cfg.method
-        errors.require(
-            m.reward_scale > 0,
-            "method.reward_scale",
-            f"must be > 0 (got {m.reward_scale}); it is the "
-            f"multiplier lambda of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for "
-            f"PickScore)",
-        )
-        errors.require(m.sigma_offset >= 0, "method.sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
-        errors.require(
-            m.loss_clip >= 0, "method.loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip"
-        )
-
     @classmethod
     def needs_reference(cls, cfg: SOCConfigT) -> bool:
         return True

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from methods.base_config import MethodConfig, RecipeLR
+from rewardflow.errors import ConfigErrors
 
 
 class LossReduction(StrEnum):
@@ -33,3 +35,19 @@ class SOCConfig(MethodConfig):
     sigma_offset: float = 0.025  # h in sigma(t) = sqrt(2 (1 - t + h) / (t + h)), kappa = 1 / (t + h) (AM: 1/40)
     loss_clip: float = 0.0  # per-sample loss clipped at loss_clip x lambda^2 (AM's LCT: 1.6); 0 = off
     loss_reduction: LossReduction = LossReduction.sum
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.method
+        errors.require(
+            m.reward_scale > 0,
+            "method.reward_scale",
+            f"must be > 0 (got {m.reward_scale}); it is the "
+            f"multiplier lambda of the target p_pre exp(lambda r): sweep it per reward (e.g. 1e2..1e4 for "
+            f"PickScore)",
+        )
+        errors.require(m.sigma_offset >= 0, "method.sigma_offset", f"must be >= 0 (got {m.sigma_offset}); AM uses 1/40")
+        errors.require(
+            m.loss_clip >= 0, "method.loss_clip", f"must be >= 0 (got {m.loss_clip}); 0 disables the per-sample clip"
+        )

@@ -104,7 +104,7 @@ class Backbone(abc.ABC):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
         """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
         record in ``errors`` what this family cannot run with. ``cfg`` is the whole run config (typed; the model's
         is ``cfg.model``). The base checks the LoRA keys of the families that have them (``model.lora_rank``,

@@ -83,8 +83,8 @@ class DiffusersBackbone(
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         m = cfg.model
         k = cls.image_size_multiple
         for key in ("height", "width"):

@@ -44,8 +44,8 @@ class QwenImageBackbone(DiffusersBackbone):
     block_attrs = ("transformer_blocks",)
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         n = cfg.model.max_sequence_length
         errors.require(
             n <= MAX_TEXT_TOKENS,

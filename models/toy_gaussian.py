@@ -112,8 +112,8 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
     name = "toy_gaussian"
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         m = cfg.model
         errors.require(
             m.dim >= 3 and m.dim % 3 == 0,

@@ -52,8 +52,8 @@ class WanBackbone(DiffusersBackbone):
     vae_temporal_factor: int = 4
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         n, tf = cfg.model.num_frames, cls.vae_temporal_factor
         errors.require(
             n >= 1 and (n - 1) % tf == 0,

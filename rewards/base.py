@@ -42,7 +42,7 @@ class Reward(nn.Module, Generic[RewardConfigT]):
         self.frame_topk_frac = cfg.frame_topk_frac
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
         """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
         record in ``errors`` what this reward cannot run with, e.g. its weights missing offline. ``cfg`` is the whole
         run config (typed; the reward's is ``cfg.reward``). A reward nested in ``reward=multi`` is checked with

@@ -20,8 +20,8 @@ class BrightnessReward(Reward[BrightnessRewardConfig]):
         self.register_buffer("_weights", torch.tensor(cfg.channel_weights), persistent=False)
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         w = list(cfg.reward.channel_weights)
         errors.require(
             len(w) == 3 and min(w) >= 0 and abs(sum(w) - 1) < 1e-6,

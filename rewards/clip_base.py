@@ -44,8 +44,8 @@ class CLIPStyleReward(Reward[CLIPConfigT]):
         self._text_cache: dict[str, torch.Tensor] = {}
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         errors.require(
             cfg.reward.dtype not in (Dtype.float64, Dtype.fp64),
             "reward.dtype",

@@ -33,8 +33,8 @@ class ColorReward(Reward[ColorRewardConfig]):
         self._index = {c: i for i, c in enumerate(COLOURS)}
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         prompts = prompts_or_none(cfg.data) or []  # unreadable prompts: the data check reports them
         bad = [p for p in prompts if len(set(named_colours(p))) != 1]
         errors.require(

@@ -33,8 +33,8 @@ class GaussianTiltReward(Reward[GaussianTiltRewardConfig]):
         self.register_buffer("_direction", torch.tensor(list(cfg.direction), dtype=torch.float64), persistent=False)
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         for key in ("target", "direction"):
             n = len(getattr(cfg.reward, key))
             errors.require(n in (1, 3), f"reward.{key}", f"needs 1 or 3 values (one per image channel), got {n}")

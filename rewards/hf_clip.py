@@ -84,8 +84,8 @@ class HFCLIPReward(CLIPStyleReward[PickScoreRewardConfig | CLIPScoreRewardConfig
         self.mean, self.std = tuple(ip.image_mean), tuple(ip.image_std)
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         r, key = cfg.reward, errors.key("reward")
         errors.require(r.divide_by > 0, "reward.divide_by", f"must be > 0 (got {r.divide_by})")
         with errors.collect():

@@ -95,8 +95,8 @@ class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
         self._freeze()
 
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         key, arch = errors.key("reward"), cfg.reward.arch
         with errors.collect():
             require_files(f"{key}.path", cfg.reward.path, [cfg.reward.filename], allow_file=True)

@@ -72,8 +72,8 @@ class MultiReward(Reward[MultiRewardConfig]):
 
     # -- config checks (before anything is built) ----------------------------------------------------------------
     @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check(cfg, errors)
+    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check_with_code(cfg, errors)
         r, key = cfg.reward, errors.key("reward")
         components, weights = r.components, r.weights
         errors.require(
@@ -106,7 +106,9 @@ class MultiReward(Reward[MultiRewardConfig]):
                 continue
             with errors.collect():
                 component = component_class(c, errors.key(f"reward.components.{n}"))
-                component.check(dataclasses.replace(cfg, reward=c), errors.under("reward", f"reward.components.{n}"))
+                component.check_with_code(
+                    dataclasses.replace(cfg, reward=c), errors.under("reward", f"reward.components.{n}")
+                )
 
     @classmethod
     def is_differentiable(cls, cfg: MultiRewardConfig) -> bool:

@@ -1,11 +1,17 @@
 #!/usr/bin/env python
 """GPU check: what rewardflow's GPU work costs on one GPU (sized for an H200), in one command of at most 9 minutes,
-for the rare occasions a GPU is at hand; nothing here runs in CI except the CPU smoke mode.
+for the rare occasions a GPU is at hand; in CI it is rehearsed on the CPU (``--cpu-rehearsal``: the trainer sections,
+tests/test_gpu_check_rehearsal.py) and smoke-run whole (``--cpu-smoke``, slow).
 
 The sections (``scripts/gpu_measure/``), most valuable first, each within its share of the 8-minute budget (a
 section that would overrun is stopped and marked ``timeout``, one whose share is too small is ``skipped``):
 
 ``ceilings``      bf16 matmul TFLOP/s (MFU's denominator), device copy GB/s, host<->device pageable vs pinned
+``equality``      (a) the tiny twins train 3 steps on CUDA (fp32, bf16) and on the CPU from one seed: equal within
+                  the dtype's tolerance
+``trainer``       (b) the trainer: DanceGRPO LoRA and full at FLUX.1's width with as many blocks as the plan fits,
+                  720^2 tokens, 3 steps: measured vs planned memory per phase, synchronised seconds, MFU vs the spec
+                  peak and vs the matmul ceiling, host syncs, first-update ratios, a DCP save and resume
 ``families``      FLUX.1-dev, SD3.5-M, Wan2.1-1.3B, Qwen-Image transformers at published size, bf16 weights:
                   forward and forward + backward at batch 1 and batched, checkpointing on and off: seconds,
                   TFLOP/s, MFU (FLOPs counted by torch.utils.flop_counter), peak memory
@@ -17,12 +23,14 @@ section that would overrun is stopped and marked ``timeout``, one whose share is
 
 Every measurement is one JSON line in ``<out>/gpu_check.jsonl``, written the moment it is taken (``--out``,
 default ``$OUT`` when set, else ``outputs/gpu_check/<UTC time>``); the bench logs go beside it. A summary table is
-printed last. The exit code is 0 only when every section ran to the end (``ok``). On the GPU machine, after
+printed last, after (c): ``<out>/gpu_check.json`` (everything the trainer sections found) and
+``<out>/gpu_check_table.md`` (a dated table for the README). The exit code is 0 only when every section ran to the end (``ok``). On the GPU machine, after
 ``bash scripts/gpu_wheels.sh`` here (docs/gpu_check.md has the device command):
 
     bash scripts/gpu_run.sh                                  # installs .whl/, then this script: ~8 min
     python3 scripts/gpu_check.py --sections families --families wan2.1 --wan-frames 81
-    .venv/bin/python scripts/gpu_check.py --cpu-smoke        # the same code on the CPU at toy sizes (1-2 min)
+    .venv/bin/python scripts/gpu_check.py --cpu-rehearsal    # ceilings, equality, trainer on the CPU (~1 min)
+    .venv/bin/python scripts/gpu_check.py --cpu-smoke        # every section on the CPU at toy sizes (several min)
 """
 
 from __future__ import annotations
@@ -58,12 +66,15 @@ import torch  # noqa: E402
 from gpu_measure.benches import section_bench  # noqa: E402
 from gpu_measure.ceilings import section_ceilings  # noqa: E402
 from gpu_measure.compiled import section_compile  # noqa: E402
+from gpu_measure.equality import section_equality  # noqa: E402
 from gpu_measure.families import section_families  # noqa: E402
 from gpu_measure.fsdp import section_fsdp  # noqa: E402
 from gpu_measure.guard import SectionRunner  # noqa: E402
-from gpu_measure.profile import FAMILY_NAMES, GPU, SECTIONS, SMOKE, Check  # noqa: E402
+from gpu_measure.profile import FAMILY_NAMES, GPU, REHEARSAL, SECTIONS, SMOKE, Check  # noqa: E402
 from gpu_measure.record import Recorder, summary_table  # noqa: E402
 from gpu_measure.reward_path import section_reward_tower, section_vae  # noqa: E402
+from gpu_measure.trainer_report import write_report  # noqa: E402
+from gpu_measure.trainer_width import section_trainer  # noqa: E402
 
 # packages the check needs that may travel as wheels: their versions and where they were found, read without
 # importing them (a missing one is reported here and fails only the section that needs it)
@@ -158,7 +169,12 @@ def default_out() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cpu-smoke", action="store_true", help="the same sections on the CPU at toy sizes")
+    p.add_argument("--cpu-smoke", action="store_true", help="every section on the CPU at toy sizes")
+    p.add_argument(
+        "--cpu-rehearsal",
+        action="store_true",
+        help="the trainer sections (ceilings, equality, trainer, report) on the CPU at tiny sizes: what CI runs",
+    )
     p.add_argument(
         "--out",
         type=Path,
@@ -166,13 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         help="folder for gpu_check.jsonl and the bench logs (default: $OUT, else outputs/gpu_check/<time>)",
     )
     p.add_argument("--budget-s", type=float, default=None, help="whole-check budget (default 480; smoke 240)")
-    p.add_argument("--sections", default=",".join(SECTIONS), help=f"comma list of {', '.join(SECTIONS)}")
+    p.add_argument("--sections", default=None, help=f"comma list of {', '.join(SECTIONS)} (default: the profile's)")
     p.add_argument("--families", default=",".join(FAMILY_NAMES), help="families section: comma list of families")
     p.add_argument("--wan-frames", type=int, default=None, help="families section: Wan2.1 frames (4k + 1; default 33)")
     p.add_argument("--reps", type=int, default=None, help="timed repetitions per measurement, at most")
     args = p.parse_args(argv)
 
-    sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    profile = REHEARSAL if args.cpu_rehearsal else SMOKE if args.cpu_smoke else GPU
+    chosen = args.sections if args.sections is not None else ",".join(profile.default_sections)
+    sections = [s.strip() for s in chosen.split(",") if s.strip()]
     families = [f.strip() for f in args.families.split(",") if f.strip()]
     unknown = sorted(set(sections) - set(SECTIONS)) + sorted(set(families) - set(FAMILY_NAMES))
     if unknown:
@@ -182,15 +200,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.wan_frames is not None and (args.wan_frames < 1 or (args.wan_frames - 1) % 4):
         p.error(f"--wan-frames must be 4k + 1 (1, 5, ..., 81), got {args.wan_frames}")
-    if not args.cpu_smoke and not torch.cuda.is_available():
+    if profile.device == "cuda" and not torch.cuda.is_available():
         print(
             f"gpu_check: no CUDA device (torch {torch.__version__}, CUDA build {torch.version.cuda}, "
-            f"torch.cuda.is_available() is False): run it on a GPU machine, or pass --cpu-smoke for the CPU smoke "
-            f"run",
+            f"torch.cuda.is_available() is False): run it on a GPU machine, or pass --cpu-rehearsal (the trainer "
+            f"sections) or --cpu-smoke (every section) for the CPU run",
             file=sys.stderr,
         )
         return 2
-    profile = SMOKE if args.cpu_smoke else GPU
     budget = args.budget_s if args.budget_s is not None else profile.budget_s
     device = torch.device(profile.device)
     if device.type == "cuda":  # an explicit index: NCCL's device_id and set_device need one
@@ -211,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     bodies: dict[str, Callable[[float], None]] = {
         "ceilings": lambda a: section_ceilings(chk, rec, a),
+        "equality": lambda a: section_equality(chk, rec, a),
+        "trainer": lambda a: section_trainer(chk, rec, a),
         "families": lambda a: section_families(chk, rec, a),
         "fsdp": lambda a: section_fsdp(chk, rec, a),
         "vae": lambda a: section_vae(chk, rec, a),
@@ -233,6 +252,23 @@ def main(argv: list[str] | None = None) -> int:
         budget_s=budget,
         sections=statuses,
         out=str(out_dir),
+    )
+    ceilings = {
+        x["label"]: x.get("tflops") or x.get("gb_per_s")
+        for x in rec.lines
+        if x["section"] == "ceilings" and x["label"] != "section"
+    }
+    write_report(
+        out_dir,
+        {
+            "command": "python scripts/gpu_check.py" + (f" --{profile.name}" if profile is not GPU else ""),
+            "profile": profile.name,
+            "device": env["device"],
+            "env": env,
+            "sections": statuses,
+            "ceilings": ceilings,
+            **chk.report,
+        },
     )
     say("\n" + summary_table(rec.lines))
     say(

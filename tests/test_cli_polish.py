@@ -134,9 +134,13 @@ def test_a_quiet_run_logs_a_line_per_step_and_a_nan_last_reward_ends_cleanly(tmp
     assert "Traceback" not in proc.stderr and "assuming the intent" not in proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].endswith(f"run dir {run_dir}")
-    steps = [m.group(1) for m in map(re.compile(r"\[rewardflow\]\[INFO\] - (step \d+/\d+ \|.*)").search, lines) if m]
-    assert [s.split(" | ")[0] for s in steps] == ["step 1/3", "step 2/3", "step 3/3"]
+    steps = [m.group(1) for m in map(re.compile(r"\[rewardflow\]\[INFO\] - (step \d+ \(.*)").search, lines) if m]
+    # the step index of metrics.jsonl and the checkpoints, and the count done (docs/metrics.md#step-numbering)
+    assert [s.split(" | ")[0] for s in steps] == ["step 0 (1/3 done)", "step 1 (2/3 done)", "step 2 (3/3 done)"]
     assert "reward/mean nan" in steps[2] and "skipped updates 1" in steps[2]
+    closing = [line for line in lines if f"run dir {run_dir}: " in line]  # what the run wrote (smoke draws no grids)
+    assert closing and "metrics.jsonl" in closing[-1] and "samples/" not in closing[-1]
+    assert not (run_dir / "samples").exists()
     assert any("wandb sync " in line for line in lines)
     log = (run_dir / "rewardflow.log").read_text()
     assert all(s in log for s in steps)

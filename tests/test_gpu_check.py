@@ -26,7 +26,19 @@ from gpu_measure import guard  # noqa: E402
 from gpu_measure.record import Recorder, summary_table  # noqa: E402
 from gpu_measure.timing import measure_pass  # noqa: E402
 
-SECTIONS = ("ceilings", "families", "fsdp", "vae", "reward_tower", "bench_jagg", "bench_flash", "bench_eam", "compile")
+SECTIONS = (
+    "ceilings",
+    "equality",
+    "trainer",
+    "families",
+    "fsdp",
+    "vae",
+    "reward_tower",
+    "bench_jagg",
+    "bench_flash",
+    "bench_eam",
+    "compile",
+)
 FAMILY_NAMES = tuple(twin.removeprefix("tiny_") for twin in TWIN_NAMES)  # every family a model option selects
 
 

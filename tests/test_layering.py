@@ -32,7 +32,8 @@ ROOM_MAY_IMPORT = {
     "tracking": set(),
     "plan": {"launcher.config", "launcher.installation"},  # composing a command line for --plan
     # the sweep check validates every point and checks that its run dir holds no other run
-    "cluster": {"launcher.validate", "launcher.run_dir_check", "launcher.checkpoint"},
+    # ... and sizes a SLURM job's memory and signal delay from the plan (launcher/cluster/cluster_defaults.py)
+    "cluster": {"launcher.validate", "launcher.run_dir_check", "launcher.checkpoint", "launcher.plan"},
     "compare": {"launcher.tracking"},  # the offline W&B reader
     "train": {
         "launcher.checkpoint",

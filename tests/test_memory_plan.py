@@ -228,6 +228,11 @@ def test_the_command_line_plans_without_building_or_submitting(tmp_path):
         cwd=ROOT,
     )
     assert bad.returncode == 1 and "DOES NOT FIT" in bad.stdout and "fix:" in bad.stdout
+    typo = subprocess.run(
+        [*rewardflow_cmd(), "model=flux", "model.resolution=720", "--plan"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr
+    assert "config error" in typo.stderr and "model.resolution" in typo.stderr
 
 
 def test_lora_activations_are_planned_from_the_lora_forward_on_attention_only():

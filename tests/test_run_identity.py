@@ -111,3 +111,15 @@ def test_a_sweep_rerun_with_reordered_overrides_is_refused_before_any_point_runs
     assert "point 1 " in again.stderr and "point 2 " in again.stderr and "point 0 " not in again.stderr
     assert "method: dance_grpo (checkpoint) vs flow_grpo_fast (this run)" in again.stderr
     assert {n: (tmp_path / str(n) / "metrics.jsonl").read_text() for n in range(4)} == before
+
+
+def test_resume_from_an_ema_saved_without_warmup_into_a_warmup_run_is_refused_naming_the_key(tmp_path):
+    """The warmup's update count is saved only with ``trainer.ema_warmup`` (launcher/train/ema.py): resuming from an
+    EMA of the other layout is a message naming the key before anything is built, not a checkpoint misfit."""
+    ema = [*RUN, "trainer.steps=1", "trainer.ema_decay=0.9"]
+    Trainer(compose(ema), RunInfo(run_dir=tmp_path / "a")).fit()
+    with pytest.raises(ConfigError, match=r"trainer.ema_warmup=false to continue it") as err:
+        validate(compose([*ema, "trainer.ema_warmup=true", f"trainer.resume_from={tmp_path / 'a'}"]))
+    assert "trainer.ema_decay=0 trainer.ema_warmup=false" in str(err.value)
+    validate(compose([*ema, f"trainer.resume_from={tmp_path / 'a'}"]))  # the same layout resumes
+    validate(compose([*RUN, f"trainer.resume_from={tmp_path / 'a'}"]))  # no EMA in this run: nothing to continue

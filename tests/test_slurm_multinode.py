@@ -188,6 +188,7 @@ def test_multinode_preempted_job_is_requeued_and_resumes_bitwise(tmp_path, slurm
                 "-m",
                 *TWO_NODES,
                 "cluster.tasks_per_node=1",
+                "cluster.mesh=fsdp",  # the reference's mesh (from 2 nodes on the default is hsdp)
                 *SMALL,
                 "trainer.steps=100",
                 "trainer.ckpt_every=50",

@@ -183,7 +183,8 @@ def check_resume_from(cfg: DictConfig, checkpoint: Path) -> None:
     if not isinstance(saved, dict):
         log.warning("%s predates run identities: its method and model cannot be checked", checkpoint)
         return
-    lines = differences(saved, identity(cfg), RESUME_FROM_MUST_MATCH)
+    current = identity(cfg)
+    lines = differences(saved, current, RESUME_FROM_MUST_MATCH)
     if lines:
         raise ConfigError(
             f"trainer.resume_from={cfg.trainer.resume_from}: {checkpoint} was written by another method or model:\n  "
@@ -192,3 +193,13 @@ def check_resume_from(cfg: DictConfig, checkpoint: Path) -> None:
             "(its overrides: " + (" ".join(meta.get("overrides") or []) or "none") + "), or start without "
             "trainer.resume_from"
         )
+    warmup = "trainer.ema_warmup"
+    if "ema" in meta.get("states", []) and current.get("trainer.ema_decay") and saved.get(warmup) is not None:
+        if bool(saved[warmup]) != bool(current.get(warmup)):  # the EMA's saved layout differs (launcher/train/ema.py)
+            raise ConfigError(
+                f"trainer.resume_from={cfg.trainer.resume_from}: {checkpoint} holds an EMA of the weights saved with "
+                f"{warmup}={str(bool(saved[warmup])).lower()}, and this run has "
+                f"{warmup}={str(bool(current.get(warmup))).lower()}: the warmup's update count is saved only with "
+                f"the warmup, so one run cannot continue the other's average. Fix: {warmup}="
+                f"{str(bool(saved[warmup])).lower()} to continue it, or trainer.ema_decay=0 {warmup}=false to resume without it"
+            )

@@ -11,6 +11,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from launcher.tracking.metric_names import is_evaluation
+
 REWARD = "reward/mean"
 # compute axes: name on the command line -> logged metric
 AXES = {"step": "step", "wallclock_s": "time/wallclock_s", "gpu_hours": "time/gpu_hours"}
@@ -22,15 +24,6 @@ PHASES = ("time/rollout_s", "time/reward_s", "time/update_s")
 STEP_TIME = "time/step_s"
 COUNTS = ("count/transformer_fwd", "count/transformer_bwd")
 ABSENT = object()  # a config key a run does not have
-
-
-#: metrics an evaluation logs: the held-out scores and the validation scores of the same row (eval.val_split)
-EVALUATION_PREFIXES = ("eval/", "val/")
-
-
-def is_evaluation(metric_key: str) -> bool:
-    """Whether ``metric_key`` is logged by an evaluation (``eval/*``, ``val/*``), at the compute before it."""
-    return metric_key.startswith(EVALUATION_PREFIXES)
 
 
 def axis_key(axis: str, metric_key: str) -> str:

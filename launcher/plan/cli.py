@@ -3,6 +3,8 @@ printed (nothing is built, validated against files or submitted)."""
 
 from __future__ import annotations
 
+import sys
+
 from launcher.plan.fixes import plan_with_fixes
 
 
@@ -47,8 +49,17 @@ def compose_runs(overrides: list[str]) -> list[tuple[list[str], dict]]:
 def main(overrides: list[str]) -> int:
     """``rewardflow <overrides> --plan``: the plan of every run of the command line; exit status 1 if one does not
     fit."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        runs = compose_runs(overrides)
+    except (HydraException, OmegaConfBaseException) as e:  # a misspelt key or value: a message, not a traceback
+        cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else e
+        print(f"rewardflow --plan: config error: {str(cause).strip()}", file=sys.stderr)
+        return 2
     status = 0
-    for combo, cfg in compose_runs(overrides):
+    for combo, cfg in runs:
         result = plan_with_fixes(cfg)
         if result is None:
             print(

@@ -68,7 +68,3 @@ class PhaseTimer:
         for phase, start, end in self._pairs:
             out[phase] = out.get(phase, 0.0) + start.elapsed_time(end) / 1000.0
         return out
-
-    @property
-    def seconds(self) -> dict[str, float]:
-        return self.read()

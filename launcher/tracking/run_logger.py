@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.tracking.metric_names import is_evaluation_row
 from rewardflow.jsonl import read_rows
 
 log = logging.getLogger(__name__)
@@ -132,5 +133,5 @@ class RunLogger:
 
 
 def is_eval_row(row: dict) -> bool:
-    """Whether a metrics row is a held-out evaluation's (:meth:`RunLogger.log_eval`)."""
-    return any(k.startswith("eval/") for k in row)
+    """Whether a metrics row is an evaluation's (:meth:`RunLogger.log_eval`: ``eval/*`` or ``val/*`` metrics)."""
+    return is_evaluation_row(row)

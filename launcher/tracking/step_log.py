@@ -5,10 +5,11 @@ The progress bar only exists on a terminal; sweeps, SLURM jobs and ``trainer.pro
 print nothing between start and end. The line goes to the console and the run's log file; while the progress bar
 is drawn, only to the log file (the bar shows the same numbers), so the log always holds the run's course. The time
 rule keeps a log file that a sweep's point writes moving when steps are slow and ``log_every`` large (a run of 10
-slow steps logged only its first and last; docs/clusters.md#local-sweeps). Like the bar, it counts completed steps
-(``step 20/150`` follows the row with ``"step": 19`` in metrics.jsonl)::
+slow steps logged only its first and last; docs/clusters.md#local-sweeps). It names the step by its index, as
+metrics.jsonl, W&B, the checkpoints and the image grids do (``step 19`` is the row with ``"step": 19`` and
+``checkpoints/step_00000019``; docs/metrics.md#step-numbering), and says how many steps are done::
 
-    step 20/150 | reward/mean 0.7913 (std 0.0842) | loss -0.0031 | grad_norm 0.412 | 0.81 s/step | ETA 1m45s
+    step 19 (20/150 done) | reward/mean 0.7913 (std 0.0842) | loss -0.0031 | grad_norm 0.412 | 0.81 s/step | ETA 1m45s
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _number(value, fmt: str) -> str:
 def format_line(metrics: dict, total_steps: int, seconds_per_step: float) -> str:
     done = int(metrics["step"]) + 1
     parts = [
-        f"step {done}/{total_steps}",
+        f"step {done - 1} ({done}/{total_steps} done)",
         f"reward/mean {_number(metrics.get('reward/mean'), '{:.4f}')} "
         f"(std {_number(metrics.get('reward/std'), '{:.4f}')})",
     ]

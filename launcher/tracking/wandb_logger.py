@@ -20,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from launcher.tracking.wandb_logger_config import WandbLoggerConfig, WandbMode
-from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: an evaluation's compute is on keys of its own: W&B merges it into the training row of its step (docs/evaluation.md)
 COMPUTE_AXES = ("time/wallclock_s", "time/gpu_hours", "time/eval_wallclock_s", "time/eval_gpu_hours")
 DEFAULT_PROJECT = "rewardflow"
-MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 
 
 def _wandb_settings():
@@ -148,16 +147,6 @@ class WandbLogger:
             self.run.define_metric(axis, step_metric="step", summary="max")
         self.run.define_metric("*", step_metric="step")
         log.info("W&B run %s, %s (%s): %s", self.run.id, self.mode, why, self.start_message())
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The config-check hook every component has (see :mod:`launcher.validate`)."""
-        long = [t for t in cfg.logger.tags if len(t) > MAX_TAG_LENGTH]
-        errors.require(
-            not long,
-            "logger.tags",
-            f"W&B takes tags of at most {MAX_TAG_LENGTH} characters (got {long}). Fix: shorten them",
-        )
 
     def start_message(self) -> str:
         if self.mode == "online":

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Optional
+from typing import Any, Optional
+
+from rewardflow.errors import ConfigErrors
+
+MAX_TAG_LENGTH = 64  # W&B rejects longer tags when the run starts
 
 
 class WandbMode(StrEnum):
@@ -25,6 +29,16 @@ class WandbLoggerConfig:
     tags: list[str] = field(default_factory=list)  # added to WANDB_TAGS and the method, model and reward
     run_name: Optional[str] = None  # default: WANDB_NAME, else the overrides read plainly ("jagg seed=0 lr=0.0003")
     log_images: bool = True
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook (run by :mod:`launcher.validate` before torch is imported)."""
+        long = [t for t in cfg.logger.tags if len(t) > MAX_TAG_LENGTH]
+        errors.require(
+            not long,
+            "logger.tags",
+            f"W&B takes tags of at most {MAX_TAG_LENGTH} characters (got {long}). Fix: shorten them",
+        )
 
 
 SCHEMAS = {"logger": {"wandb": WandbLoggerConfig}}

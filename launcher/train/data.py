@@ -7,12 +7,10 @@ training (:func:`split_prompts`) for the held-out evaluation.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from launcher.train.data_config import DataConfig
-from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.errors import ConfigError
 from rewardflow.prompts import load_prompts
 
 #: seed of the held-out split: fixed, so every method and seed trains and evaluates on the same prompts
@@ -48,12 +46,6 @@ class PromptSource:
         self.shuffle = cfg.shuffle
         self.seed = seed
         self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation): the last one drawn
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The config-check hook of every component (see :mod:`launcher.validate`): the prompts can be read."""
-        with errors.collect():
-            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
 
     def __len__(self) -> int:
         return len(self.prompts)

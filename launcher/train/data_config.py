@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from rewardflow.prompts import DEFAULT_ENCODING
+from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import DEFAULT_ENCODING, load_prompts
 
 
 @dataclass
@@ -19,6 +20,12 @@ class DataConfig:
     field: str = "prompt"  # jsonl key holding the prompt
     encoding: str = DEFAULT_ENCODING  # text encoding of the file (a Python codec name: latin-1, utf-16, ...)
     shuffle: bool = True  # reshuffle every epoch (deterministic in trainer.seed)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The config-check hook (run by :mod:`launcher.validate` before torch is imported): the prompts can be read."""
+        with errors.collect():
+            load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
 
 
 SCHEMAS = {"data": {"prompts": DataConfig}}

@@ -19,13 +19,11 @@ checkpoint next to the weights (sharded like them) and restored bitwise on resum
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Iterator
 
 import torch
 from torch import nn
 from torch.optim.swa_utils import get_ema_multi_avg_fn
-
-from rewardflow.errors import ConfigErrors
 
 #: the state-dict entry of the warmup's update count (no parameter is named so: parameter names hold no dunder)
 UPDATES_KEY = "__ema_updates__"
@@ -33,26 +31,6 @@ UPDATES_KEY = "__ema_updates__"
 
 class ParameterEMA:
     """EMA of ``params`` (the trainable parameters of ``model``), starting at their current values."""
-
-    @classmethod
-    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The EMA's config check (run by :mod:`launcher.validate` before anything is built)."""
-        t = cfg.trainer
-        errors.require(
-            0.0 <= t.ema_decay < 1.0,
-            "trainer.ema_decay",
-            f"must be in [0, 1) (got {t.ema_decay}); 0 turns the EMA off, DanceGRPO uses 0.995",
-        )
-        errors.require(
-            not t.export_ema or t.ema_decay > 0,
-            "trainer.export_ema",
-            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or trainer.export_ema=false",
-        )
-        errors.require(
-            not t.ema_warmup or t.ema_decay > 0,
-            "trainer.ema_warmup",
-            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.9 (for example), or trainer.ema_warmup=false",
-        )
 
     def __init__(self, model: nn.Module, params: list[nn.Parameter], decay: float, warmup: bool = False):
         if not 0.0 < decay < 1.0:

@@ -176,7 +176,10 @@ class Evaluator:
                 )
                 continue
             found = ConfigErrors()
-            reward_cls.check(replace(held_out, reward=reward_cfg), found)
+            as_trained = replace(held_out, reward=reward_cfg)
+            for hook in (getattr(type(reward_cfg), "check", None), getattr(reward_cls, "check_with_code", None)):
+                if callable(hook):  # its config's rules, then those that need the reward's code or files
+                    hook(as_trained, found)
             for message in found.messages:
                 errors.require(
                     False,

@@ -21,7 +21,6 @@ from omegaconf import DictConfig, OmegaConf
 from torch.optim.lr_scheduler import ConstantLR, CosineAnnealingLR, LinearLR, LRScheduler, SequentialLR
 
 from launcher.train.trainer_config import LRSchedule
-from rewardflow.errors import ConfigErrors
 
 #: keys of ``optimizer`` that are not the optimizer constructor's: the schedule's, and the rate's multiplier
 SCHEDULE_KEYS = ("scheduler", "warmup_steps", "lr_scale")
@@ -31,29 +30,6 @@ def base_lr(cfg: Any) -> float:
     """The rate the optimizer is built with: ``optimizer.lr x optimizer.lr_scale`` (the protocol's grid multiplies
     every method's own rate; docs/comparing.md#comparison-protocol)."""
     return float(cfg.lr) * float(cfg.lr_scale)
-
-
-def check(cfg: Any, errors: ConfigErrors) -> None:
-    """The schedule's config check (run by :mod:`launcher.validate` before anything is built); ``cfg`` is the run's
-    typed config."""
-    o, steps = cfg.optimizer, int(cfg.trainer.steps)
-    name, warmup = LRSchedule(o.scheduler), int(o.warmup_steps)
-    errors.require(
-        name != LRSchedule.constant or not warmup,
-        "optimizer.warmup_steps",
-        f"{warmup} has no effect with optimizer.scheduler=constant. Fix: optimizer.scheduler="
-        f"warmup_constant (or warmup_cosine), or optimizer.warmup_steps=0",
-    )
-    errors.require(
-        name == LRSchedule.constant or warmup >= 1,
-        "optimizer.warmup_steps",
-        f"optimizer.scheduler={name} needs optimizer.warmup_steps >= 1 (got {warmup})",
-    )
-    errors.require(
-        name != LRSchedule.warmup_cosine or warmup < steps,
-        "optimizer.warmup_steps",
-        f"{warmup} leaves no step for the cosine of trainer.steps={steps}. Fix: optimizer.warmup_steps < trainer.steps",
-    )
 
 
 def build_optimizer(cfg: DictConfig, params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:

@@ -27,6 +27,7 @@ from launcher.cluster.node_cache import cache_builders_first
 from launcher.components import build, component_class
 from launcher.plan.start_check import check_at_start
 from launcher.tracking import placement_file
+from launcher.tracking.closing_line import closing_line
 from launcher.tracking.phase_memory import PhaseMemory
 from launcher.tracking.phase_timer import PhaseTimer
 from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
@@ -441,7 +442,5 @@ class Trainer:
                 title=f"{self.cfg.method.name} · {self.cfg.model.name} · {self.cfg.reward.name}",
                 eval_key=f"eval/{self.cfg.reward.name}/mean",
             )
-        backend = self.logger.backend
         self.logger.finish(exit_code)
-        where = f"; W&B ({backend.mode}): {backend.location}" if backend is not None else ""
-        log.info("run dir %s: metrics.jsonl, reward_curve.png, samples/%s", self.info.run_dir, where)
+        log.info(closing_line(self.info.run_dir, self.logger.backend))

@@ -16,12 +16,12 @@ from gpu_measure.timing import sync, timed
 MATMUL_REPS = 20
 
 
-def matmul_tflops(device: torch.device, n: int, reps: int = MATMUL_REPS) -> float:
-    """bf16 ``n x n @ n x n`` on random data (zeros run faster than real data): 3 warm-ups, then the median of 3
-    timings of ``reps`` products back to back, 2 n^3 FLOPs each."""
+def matmul_tflops(device: torch.device, n: int, reps: int = MATMUL_REPS, dtype: torch.dtype = torch.bfloat16) -> float:
+    """``n x n @ n x n`` in ``dtype`` (bf16: MFU's usual denominator) on random data (zeros run faster than real
+    data): 3 warm-ups, then the median of 3 timings of ``reps`` products back to back, 2 n^3 FLOPs each."""
     g = torch.Generator(device=device).manual_seed(0)
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16, generator=g)
+    a = torch.randn(n, n, device=device, dtype=dtype, generator=g)
+    b = torch.randn(n, n, device=device, dtype=dtype, generator=g)
     for _ in range(3):
         a @ b
     dt = statistics.median(timed(device, lambda: [a @ b for _ in range(reps)])[0] for _ in range(3))
