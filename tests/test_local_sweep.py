@@ -48,11 +48,11 @@ def test_status_of_a_local_sweep_gives_each_points_state_step_and_the_sweeps_eta
 
     status_main([str(tmp_path)])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("  0  done (step 4 of 4, reward 0.2800)")
-    assert "running step 4 of 10, reward 0.2800, ETA 12s" in lines[1]  # 6 steps left x 2 s
+    assert lines[0].startswith("  0  done (4/4 steps, reward 0.2800)")
+    assert "running 4/10 steps, reward 0.2800, ETA 12s" in lines[1]  # 6 steps left x 2 s
     assert "queued" in lines[2] and "[trainer.seed=2]" in lines[2]
-    assert "failed at step 2 of 10: rewardflow: training aborted" in lines[3]
-    assert "stopped at step 3 of 10: its process is gone" in lines[4]
+    assert "failed at 2/10 steps: rewardflow: training aborted" in lines[3]
+    assert "stopped at 3/10 steps: its process is gone" in lines[4]
     # left: 12 s (point 1) + 20 s (point 2, at the others' 2 s/step), 2 at a time -> max(20, 32 / 2) = 20 s
     assert (
         lines[5]
@@ -103,15 +103,15 @@ def test_cancel_one_point_the_others_go_on_and_the_sweep_prints_where_it_is(tmp_
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.5)
     running = _status(sweep)
-    assert "  0  running step " in running and "  1  queued" in running and "| 1 at a time," in running
+    assert "  0  running " in running and "  1  queued" in running and "| 1 at a time," in running
 
     after = _status(sweep, "--cancel", "0")
-    assert "cancelling point(s) 0" in after and "  0  cancelled at step " in after
+    assert "cancelling point(s) 0" in after and "  0  cancelled at " in after
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]  # a point cancelled on request is not the sweep's failure
     assert (sweep / "0" / "checkpoints").is_dir()  # it checkpointed before it stopped
     final = _status(sweep)
-    assert "  1  done (step 2 of 2" in final and "(1 cancelled, 1 done)" in final
+    assert "  1  done (2/2 steps" in final and "(1 cancelled, 1 done)" in final
     lines = out.splitlines()
     assert lines[0] == f"rewardflow: sweep of 2 points (1 at a time, cluster=local) | sweep dir: {sweep}"
     assert lines[1] == f"  follow it: rewardflow-status {sweep} --watch"
@@ -159,4 +159,4 @@ def test_a_slow_run_logs_a_step_line_at_least_once_a_minute(monkeypatch, caplog)
             now[0] += 25.0  # 25 s a step
             log({"step": step, "reward/mean": 0.5, "time/step_s": 25.0})
     logged = [r.getMessage().split(" | ")[0] for r in caplog.records]
-    assert logged == ["step 1/10", "step 4/10", "step 7/10", "step 10/10"]  # first, every >= 60 s, last
+    assert logged == ["step 0 (1/10 done)", "step 3 (4/10 done)", "step 6 (7/10 done)", "step 9 (10/10 done)"]  # first, every >= 60 s, last

@@ -52,13 +52,13 @@ def test_status_of_a_live_slurm_sweep_then_cancel_leaves_no_job(tmp_path):
     deadline, lines = time.monotonic() + 300, []
     while time.monotonic() < deadline:  # until a point has logged a step
         lines = status(sweep)
-        if any(re.search(r"running step [1-9]\d* of 2000, reward ", line) for line in lines):
+        if any(re.search(r"running [1-9]\d*/2000 steps, reward ", line) for line in lines):
             break
         time.sleep(3)
     points = lines[:-1]
     assert len(points) == 2 and lines[-1].startswith("sweep: 2 SLURM jobs ("), lines
     for line, job in zip(points, ids):
-        assert line.split()[1] == job and re.search(r" (queued|running (step \d+ of 2000|start-up))", line), line
+        assert line.split()[1] == job and re.search(r" (queued|running (\d+/2000 steps|start-up))", line), line
     assert "ETA" in lines[-1]
 
     after = status(sweep, "--cancel", "--timeout", "120")

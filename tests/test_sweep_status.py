@@ -26,20 +26,20 @@ def job(tmp_path):
 
 def test_each_state_in_words(job):
     assert describe(job, SlurmState("PENDING", "Priority", attempts=1)) == "queued (Priority)"
-    running = "running step 37 of 150, reward 0.5000, ETA 3m46s"  # 113 steps left x 2 s
+    running = "running 37/150 steps, reward 0.5000, ETA 3m46s"  # 113 steps left x 2 s
     assert describe(job, SlurmState("RUNNING", attempts=2)) == f"{running}, requeued 1 time"
     assert describe(job, SlurmState("RUNNING", attempts=4)) == f"{running}, requeued 3 times"
     assert describe(job, SlurmState("FAILED", exit_code="1:0", attempts=1)) == (
-        "failed (SLURM: FAILED, exit code 1:0) at step 37 of 150: rewardflow: training aborted: 5 non-finite updates "
+        "failed (SLURM: FAILED, exit code 1:0) at 37/150 steps: rewardflow: training aborted: 5 non-finite updates "
         "in a row"
     )
     # Hydra's task wrapper catches the run's error: SLURM says COMPLETED, the task's log says failed
     assert describe(job, SlurmState("COMPLETED", attempts=1)).startswith(
-        "failed (the run raised; SLURM: COMPLETED) at step 37 of 150: rewardflow: training aborted"
+        "failed (the run raised; SLURM: COMPLETED) at 37/150 steps: rewardflow: training aborted"
     )
     Path(job["stderr"]).write_text("a warning\n")
-    assert describe(job, SlurmState("COMPLETED", attempts=1)) == "done (step 37 of 150)"
-    assert describe(job, SlurmState("CANCELLED", attempts=1)) == "cancelled at step 37 of 150"
+    assert describe(job, SlurmState("COMPLETED", attempts=1)) == "done (37/150 steps)"
+    assert describe(job, SlurmState("CANCELLED", attempts=1)) == "cancelled at 37/150 steps"
 
 
 def test_a_folder_that_is_not_a_slurm_sweep_is_a_message(tmp_path, capsys):
@@ -57,4 +57,4 @@ def test_a_traceback_is_summed_up_by_its_exception(job, tmp_path):
         "code 1\n"
     )
     text = describe({**job, "stderr": str(stderr)}, SlurmState("COMPLETED", exit_code="0:0", attempts=1))
-    assert text.endswith("at step 37 of 150: RuntimeError: BrokenScorer: scoring failed")
+    assert text.endswith("at 37/150 steps: RuntimeError: BrokenScorer: scoring failed")

@@ -15,7 +15,7 @@ instantiates launchers from there) starts each point as ``python -m launcher.clu
 - on SIGTERM or Ctrl-C itself: starts no more points, passes one SIGTERM to each running point and waits for their
   checkpoints (a second signal is passed on too: the points stop at once);
 - prints a line as each point ends, with the sweep's progress and time left; with points side by side, their
-  output lines carry the point's number (``[1] step 10/100 ...``).
+  output lines carry the point's number (``[1] ... step 9 (10/100 done) ...``).
 
 A point that failed fails its ``JobReturn``: Hydra's sweeper reports it once the batch has ended. A point cancelled
 on request is not a failure of the sweep (its return value is NaN); a sweep stopped as a whole exits with 143.

@@ -3,7 +3,7 @@
 Read by ``rewardflow-status`` (launcher/cluster/sweep_status.py) and by the local sweep launcher's progress lines
 (launcher/cluster/local_sweep.py), from what every run writes: ``metrics.jsonl`` (a row per step with ``step``,
 ``reward/mean`` and ``time/step_s``; evaluation rows have no ``reward/mean``) and ``.hydra/config.yaml``
-(``trainer.steps``). Steps are counted as the console counts them: completed steps, so ``step 4 of 4`` follows the
+(``trainer.steps``). Steps are counted as the console counts them: completed steps, so ``4/4 steps`` follows the
 row with ``"step": 3`` (docs/clusters.md#following-a-sweep).
 
 The time left is an estimate: a point's remaining steps x its recent seconds per step (the mean of its last
@@ -37,7 +37,7 @@ class PointProgress:
         return max(0, self.total - self.done) * per_step
 
     def steps_text(self) -> str:
-        return f"step {self.done} of {self.total}" if self.total else "start-up"
+        return f"{self.done}/{self.total} steps" if self.total else "start-up"
 
     def reward_text(self) -> str:
         return "" if self.reward is None or not math.isfinite(self.reward) else f"reward {self.reward:.4f}"

@@ -2,7 +2,7 @@
 
 A ``cluster=local`` sweep (``<sweep dir>/local_jobs.json``): launcher/cluster/local_status.py. A ``cluster=slurm``
 sweep: for each job recorded in ``<sweep dir>/slurm_jobs.json`` (launcher/cluster/slurm_jobs.py): queued (with SLURM's reason),
-running step k of N (the run's ``metrics.jsonl`` and its ``trainer.steps``), done, or failed with the reason (the
+running with k/N steps done (the run's ``metrics.jsonl`` and its ``trainer.steps``), done, or failed with the reason (the
 job's ``rewardflow:`` message or the last line of its error log), and how many times SLURM requeued it (preemption,
 time limit). Live jobs come from ``squeue``, finished ones from ``sacct`` (with ``--duplicates``, one row per attempt).
 A running point also shows its last reward and its time left, and a last line the sweep's
