@@ -159,4 +159,9 @@ def test_a_slow_run_logs_a_step_line_at_least_once_a_minute(monkeypatch, caplog)
             now[0] += 25.0  # 25 s a step
             log({"step": step, "reward/mean": 0.5, "time/step_s": 25.0})
     logged = [r.getMessage().split(" | ")[0] for r in caplog.records]
-    assert logged == ["step 0 (1/10 done)", "step 3 (4/10 done)", "step 6 (7/10 done)", "step 9 (10/10 done)"]  # first, every >= 60 s, last
+    assert logged == [
+        "step 0 (1/10 done)",
+        "step 3 (4/10 done)",
+        "step 6 (7/10 done)",
+        "step 9 (10/10 done)",
+    ]  # first, every >= 60 s, last
