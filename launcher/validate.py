@@ -5,13 +5,13 @@ of the run (method, model, reward, data, logger) checks the values it cannot run
 ``@classmethod check(cls, cfg, errors)`` of its typed config class (``MethodConfig.check`` and its subclasses, ...),
 which sees the whole run config (typed) and records failures in ``errors`` (:class:`rewardflow.errors.ConfigErrors`,
 one ``errors.require(ok, key, message)`` per rule); the trainer's own keys and the rules across groups are checked
-here. The user then gets one :class:`ConfigError` listing every failure, each naming its key and the fix.
+here, and ``eval.*`` by ``EvalConfig.check``. The user then gets one :class:`ConfigError` listing every failure, each naming its key and the fix.
 
 :func:`check_config` (the config classes' hooks included) imports no torch: the CLI runs it (:func:`precheck`)
 before Hydra creates the run folder, so ``trainer.steps=0`` or ``method.clip_range=-1`` is reported in about a
-second. The checks that need a component's code or files (the component classes' ``check_with_code``: the model
-families' and the rewards'), the evaluation's, ``trainer.resume_from`` and the devices run in the trainer
-(docs/configuration.md#validation).
+second. The checks that need a component's code (the component classes' ``check_with_code``: a model's
+checkpoint folder and compile support, a reward's architecture), the evaluation's prompts and rewards,
+``trainer.resume_from`` and the devices run in the trainer (docs/configuration.md#validation).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     errors.raise_if_any()
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
+    type(run.eval).check(run, errors)
     check_environment(run, errors)
     check_components(run, errors)
     return run

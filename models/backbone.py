@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -105,26 +104,9 @@ class Backbone(abc.ABC):
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
     def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
-        record in ``errors`` what this family cannot run with. ``cfg`` is the whole run config (typed; the model's
-        is ``cfg.model``). The base checks the LoRA keys of the families that have them (``model.lora_rank``,
-        ``model.lora_alpha``); a family's hook calls it first."""
-        m = cfg.model
-        if hasattr(m, "lora_rank"):
-            errors.require(
-                m.lora_rank >= 1,
-                "model.lora_rank",
-                f"must be >= 1 (got {m.lora_rank}): the rank of the LoRA adapter (model.finetune=lora). Fix: e.g. "
-                f"model.lora_rank=32",
-            )
-        if hasattr(m, "lora_alpha"):
-            suggested = 2 * max(1, getattr(m, "lora_rank", 1))
-            errors.require(
-                math.isfinite(m.lora_alpha) and m.lora_alpha > 0,
-                "model.lora_alpha",
-                f"must be a finite number > 0 (got {m.lora_alpha}): the LoRA update is scaled by "
-                f"lora_alpha / lora_rank. Fix: e.g. model.lora_alpha={suggested} (2 x model.lora_rank)",
-            )
+        """The config-check hook for what needs this family's code or files (run by ``launcher.validate`` before
+        anything is built, after the config class's ``check``, which holds the rules on values alone). ``cfg`` is
+        the whole run config (typed; the model's is ``cfg.model``); a family's hook calls this first."""
 
     # -- conditioning -------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -20,7 +20,6 @@ the transformer call (timestep scale, packing) and decoding.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import torch
@@ -35,7 +34,7 @@ from models.loading import ComponentLoader, LoadingMixin, resolve_device
 from models.sharding import ShardingMixin
 from models.sigma_grids import static_shift_sigmas
 from models.text_encoding import TextEncodingMixin
-from rewardflow.dtypes import Dtype, torch_dtype
+from rewardflow.dtypes import torch_dtype
 from rewardflow.errors import ConfigErrors
 
 
@@ -71,9 +70,6 @@ class DiffusersBackbone(
     components: tuple[str, ...] = ()
     #: attribute names of the transformer's block lists, in forward order (one FSDP unit each)
     block_attrs: tuple[str, ...] = ()
-    #: model.height and model.width must be multiples of this: the published VAE's spatial factor (8) x the
-    #: transformer's 2 x 2 patches (or packing). The loaded checkpoint's VAE is checked again when it is built.
-    image_size_multiple: int = 16
 
     transformer: nn.Module
     pipe: Any  # a diffusers pipeline (diffusers is untyped to mypy)
@@ -86,41 +82,9 @@ class DiffusersBackbone(
     def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check_with_code(cfg, errors)
         m = cfg.model
-        k = cls.image_size_multiple
-        for key in ("height", "width"):
-            value = getattr(m, key)
-            errors.require(
-                value > 0 and value % k == 0,
-                f"model.{key}",
-                f"must be a positive multiple of {k} for "
-                f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
-                f"model.{key}={max(k, round(value / k) * k)}",
-            )
-        errors.require(
-            m.max_sequence_length >= 1, "model.max_sequence_length", f"must be >= 1 (got {m.max_sequence_length})"
-        )
-        errors.require(
-            m.dtype not in (Dtype.float64, Dtype.fp64),
-            "model.dtype",
-            f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
-            f"GPU, fp32 on the CPU)",
-        )
         if m.path is not None:  # a tiny twin's null path: the twin is built into its cache
             with errors.collect():
                 ComponentLoader(m.path, cls.family, cls.hub_id).check(cls.components)
-        errors.require(
-            m.prompt_cache_size is None or m.prompt_cache_size >= 0,
-            "model.prompt_cache_size",
-            f"must be >= 0 or null (got {m.prompt_cache_size}): the prompts whose text embeddings stay cached; "
-            f"0 = none (every batch's prompts are encoded again), null = every prompt. Fix: "
-            f"model.prompt_cache_size=4096",
-        )
-        errors.require(
-            m.prompt_cache_gib is None or (math.isfinite(m.prompt_cache_gib) and m.prompt_cache_gib >= 0),
-            "model.prompt_cache_gib",
-            f"must be a finite number >= 0 or null (got {m.prompt_cache_gib}): the host memory the cached text "
-            f"embeddings may take, per rank; 0 = none, null = no byte bound. Fix: model.prompt_cache_gib=2",
-        )
         check_update_path(m, errors)
 
     # -- construction -------------------------------------------------------------------------------------------

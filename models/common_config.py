@@ -1,16 +1,19 @@
-"""The config fields every diffusers family shares (:class:`models.common.DiffusersBackbone`)."""
+"""The config fields every diffusers family shares (:class:`models.common.DiffusersBackbone`) and their rules on
+values alone (run before torch is imported: docs/configuration.md#validation)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 from omegaconf import MISSING
 
 from models.backbone_config import ModelConfig
 from rewardflow.devices import Device
 from rewardflow.dtypes import Dtype
+from rewardflow.errors import ConfigErrors
 
 
 class ActivationCheckpointing(StrEnum):
@@ -38,6 +41,10 @@ class BaseSharding(StrEnum):
 
 @dataclass
 class DiffusersModelConfig(ModelConfig):
+    #: model.height and model.width must be multiples of this: the family's VAE factor x its 2x2 patches (a tiny
+    #: twin's config sets its own VAE's)
+    image_size_multiple: ClassVar[int] = 16
+
     path: Optional[str] = MISSING  # hub id or a local folder laid out like the family's diffusers repository
     height: int = 512  # image size in pixels
     width: int = 512
@@ -58,3 +65,40 @@ class DiffusersModelConfig(ModelConfig):
     text_encoders: TextEncoders = TextEncoders.offload  # where the text encoders live (docs/memory.md)
     reference_dtype: Dtype = Dtype.bfloat16  # full fine-tuning: storage dtype of the frozen reference (KL, EAM, AM)
     base_sharding: BaseSharding = BaseSharding.shard  # LoRA: the frozen base across ranks (docs/memory.md)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        k = cls.image_size_multiple
+        for key in ("height", "width"):
+            value = getattr(m, key)
+            errors.require(
+                value > 0 and value % k == 0,
+                f"model.{key}",
+                f"must be a positive multiple of {k} for "
+                f"{m.name} (the VAE's factor x the 2x2 patches; got {value}). Fix: "
+                f"model.{key}={max(k, round(value / k) * k)}",
+            )
+        errors.require(
+            m.max_sequence_length >= 1, "model.max_sequence_length", f"must be >= 1 (got {m.max_sequence_length})"
+        )
+        errors.require(
+            m.dtype not in (Dtype.float64, Dtype.fp64),
+            "model.dtype",
+            f"{m.dtype} is not a compute dtype of the diffusers families. Fix: model.dtype=auto (bf16 on a "
+            f"GPU, fp32 on the CPU)",
+        )
+        errors.require(
+            m.prompt_cache_size is None or m.prompt_cache_size >= 0,
+            "model.prompt_cache_size",
+            f"must be >= 0 or null (got {m.prompt_cache_size}): the prompts whose text embeddings stay cached; "
+            f"0 = none (every batch's prompts are encoded again), null = every prompt. Fix: "
+            f"model.prompt_cache_size=4096",
+        )
+        errors.require(
+            m.prompt_cache_gib is None or (math.isfinite(m.prompt_cache_gib) and m.prompt_cache_gib >= 0),
+            "model.prompt_cache_gib",
+            f"must be a finite number >= 0 or null (got {m.prompt_cache_gib}): the host memory the cached text "
+            f"embeddings may take, per rank; 0 = none, null = no byte bound. Fix: model.prompt_cache_gib=2",
+        )

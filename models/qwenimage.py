@@ -12,18 +12,15 @@ shift; the VAE works on single-frame videos and is unnormalised with ``latents_m
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
 from models.qwenimage_config import QwenImageModelConfig
 from models.sigma_grids import custom_sigmas
-from rewardflow.errors import ConfigError, ConfigErrors
+from rewardflow.errors import ConfigError
 
 QWEN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
-MAX_TEXT_TOKENS = 1024  # QwenImagePipeline's limit on max_sequence_length
 
 
 class QwenImageBackbone(DiffusersBackbone):
@@ -42,16 +39,6 @@ class QwenImageBackbone(DiffusersBackbone):
     hub_id = "Qwen/Qwen-Image"
     components = QWEN_COMPONENTS
     block_attrs = ("transformer_blocks",)
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        n = cfg.model.max_sequence_length
-        errors.require(
-            n <= MAX_TEXT_TOKENS,
-            "model.max_sequence_length",
-            f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})",
-        )
 
     def __init__(self, cfg: QwenImageModelConfig, keep_reference: bool = False):
         from diffusers import (

@@ -7,9 +7,12 @@ multiplies by 1000 itself)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from models.common_config import DiffusersModelConfig
+from rewardflow.errors import ConfigErrors
+
+MAX_TEXT_TOKENS = 1024  # QwenImagePipeline's limit on max_sequence_length
 
 
 @dataclass
@@ -37,6 +40,16 @@ class QwenImageModelConfig(DiffusersModelConfig):
         ]
     )
     # finetune: lora (DanceGRPO / JAGG: full)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        n = cfg.model.max_sequence_length
+        errors.require(
+            n <= MAX_TEXT_TOKENS,
+            "model.max_sequence_length",
+            f"must be in [1, {MAX_TEXT_TOKENS}] for Qwen-Image (got {n})",
+        )
 
 
 SCHEMAS = {"model": {"qwenimage": QwenImageModelConfig}}

@@ -112,6 +112,4 @@ class TinyFluxBackbone(TinyTwin, FluxBackbone):
     """``FluxBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_flux"
-    #: the twin's VAE factor x the 2x2 packing
-    image_size_multiple = 2 * 2 ** (len(VAE["block_out_channels"]) - 1)
     materialize = staticmethod(materialize_tiny_flux)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from models.flux_config import FluxModelConfig
 from models.twins_config import TinyTwinConfig
@@ -10,6 +11,8 @@ from models.twins_config import TinyTwinConfig
 
 @dataclass
 class TinyFluxModelConfig(TinyTwinConfig, FluxModelConfig):
+    #: the twin's VAE factor (2) x the 2x2 packing (tests/test_model_checks.py checks it against the twin's VAE)
+    image_size_multiple: ClassVar[int] = 4
     _target_: str = "models.tiny_flux.TinyFluxBackbone"
     name: str = "tiny_flux"
     max_sequence_length: int = 16

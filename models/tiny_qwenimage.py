@@ -121,6 +121,4 @@ class TinyQwenImageBackbone(TinyTwin, QwenImageBackbone):
     """``QwenImageBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_qwenimage"
-    #: the twin's VAE factor x the 2x2 packing
-    image_size_multiple = 2 * 2 ** len(VAE["temperal_downsample"])
     materialize = staticmethod(materialize_tiny_qwenimage)

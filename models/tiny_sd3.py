@@ -85,6 +85,4 @@ class TinySD3Backbone(TinyTwin, SD3Backbone):
     """``SD3Backbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_sd35m"
-    #: the twin's VAE factor x its patches
-    image_size_multiple = TRANSFORMER["patch_size"] * 2 ** (len(VAE["block_out_channels"]) - 1)
     materialize = staticmethod(materialize_tiny_sd3)

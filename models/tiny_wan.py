@@ -86,7 +86,4 @@ class TinyWanBackbone(TinyTwin, WanBackbone):
     """``WanBackbone`` over the tiny twin folder (built on first use)."""
 
     name = "tiny_wan2.1"
-    #: the twin's VAE factor x its patches
-    image_size_multiple = TRANSFORMER["patch_size"][1] * VAE["scale_factor_spatial"]
-    vae_temporal_factor = VAE["scale_factor_temporal"]
     materialize = staticmethod(materialize_tiny_wan)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from models.twins_config import TinyTwinConfig
 from models.wan_config import WanModelConfig
@@ -11,6 +12,8 @@ from models.wan_config import WanModelConfig
 
 @dataclass
 class TinyWanModelConfig(TinyTwinConfig, WanModelConfig):
+    #: the twin's VAE factor (4) x its 2x2 patches (tests/test_model_checks.py checks it against the twin's VAE)
+    image_size_multiple: ClassVar[int] = 8
     _target_: str = "models.tiny_wan.TinyWanBackbone"
     name: str = "tiny_wan2.1"
     num_frames: int = 5

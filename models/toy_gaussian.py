@@ -16,7 +16,7 @@ reward on images is a function of the latent. Computations run in ``dtype`` (flo
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 from torch import nn
@@ -25,10 +25,7 @@ from models.backbone import Backbone, PromptEmbeds
 from models.backbone_config import Finetune
 from models.frozen_reference import FrozenReference
 from models.toy_gaussian_config import ToyGaussianModelConfig
-from rewardflow.dtypes import Dtype, torch_dtype
-from rewardflow.errors import ConfigErrors
-
-TOY_DTYPES = (Dtype.float64, Dtype.fp64, Dtype.float32, Dtype.fp32)
+from rewardflow.dtypes import torch_dtype
 
 
 def _per_dim(values: Sequence[float] | float, dim: int, what: str) -> torch.Tensor:
@@ -110,21 +107,6 @@ class ToyGaussianBackbone(FrozenReference, Backbone):
     policy (LoRA: adapters disabled; full: a frozen copy)."""
 
     name = "toy_gaussian"
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        m = cfg.model
-        errors.require(
-            m.dim >= 3 and m.dim % 3 == 0,
-            "model.dim",
-            f"must be a positive multiple of 3 (decoded as a 3-channel image), got {m.dim}",
-        )
-        for key in ("mu0", "var0"):
-            n = len(getattr(m, key))
-            errors.require(n in (1, m.dim), f"model.{key}", f"needs 1 or dim={m.dim} values (got {n})")
-        errors.require(all(v > 0 for v in m.var0), "model.var0", f"must be > 0 (got {list(m.var0)})")
-        errors.require(m.dtype in TOY_DTYPES, "model.dtype", f"must be one of {', '.join(TOY_DTYPES)} (got {m.dtype})")
 
     def __init__(self, cfg: ToyGaussianModelConfig, keep_reference: bool = False):
         self.cfg = cfg

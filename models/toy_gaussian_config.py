@@ -5,11 +5,14 @@ zero-initialised MLP. CPU, float64. See experiment=toy_eam / toy_am."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from models.backbone_config import Finetune, ModelConfig
 from rewardflow.devices import Device
 from rewardflow.dtypes import Dtype
+from rewardflow.errors import ConfigErrors
+
+TOY_DTYPES = (Dtype.float64, Dtype.fp64, Dtype.float32, Dtype.fp32)
 
 
 @dataclass
@@ -29,6 +32,21 @@ class ToyGaussianModelConfig(ModelConfig):
     seed: int = 0
     device: Device = Device.cpu
     dtype: Dtype = Dtype.float64  # float64 or float32
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        m = cfg.model
+        errors.require(
+            m.dim >= 3 and m.dim % 3 == 0,
+            "model.dim",
+            f"must be a positive multiple of 3 (decoded as a 3-channel image), got {m.dim}",
+        )
+        for key in ("mu0", "var0"):
+            n = len(getattr(m, key))
+            errors.require(n in (1, m.dim), f"model.{key}", f"needs 1 or dim={m.dim} values (got {n})")
+        errors.require(all(v > 0 for v in m.var0), "model.var0", f"must be > 0 (got {list(m.var0)})")
+        errors.require(m.dtype in TOY_DTYPES, "model.dtype", f"must be one of {', '.join(TOY_DTYPES)} (got {m.dtype})")
 
 
 SCHEMAS = {"model": {"toy_gaussian": ToyGaussianModelConfig}}

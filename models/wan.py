@@ -13,15 +13,13 @@ sigmas with a static ``flow_shift`` (3.0 for 480p, 5.0 for 720p), stepped with E
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from models.backbone import PromptEmbeds
 from models.common import DiffusersBackbone
 from models.sigma_grids import unipc_flow_sigmas
 from models.wan_config import WanModelConfig
-from rewardflow.errors import ConfigErrors, require
+from rewardflow.errors import require
 
 WAN_COMPONENTS = ("transformer", "vae", "text_encoder", "tokenizer", "scheduler")
 
@@ -48,18 +46,6 @@ class WanBackbone(DiffusersBackbone):
     components = WAN_COMPONENTS
     block_attrs = ("blocks",)
     video = True
-    #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE: 4)
-    vae_temporal_factor: int = 4
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        n, tf = cfg.model.num_frames, cls.vae_temporal_factor
-        errors.require(
-            n >= 1 and (n - 1) % tf == 0,
-            "model.num_frames",
-            f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})",
-        )
 
     def __init__(self, cfg: WanModelConfig, keep_reference: bool = False):
         import diffusers

@@ -8,13 +8,17 @@ timesteps). decode() returns frames (B, F, 3, H, W); rewards score them per fram
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, ClassVar, Optional
 
 from models.common_config import DiffusersModelConfig
+from rewardflow.errors import ConfigErrors
 
 
 @dataclass
 class WanModelConfig(DiffusersModelConfig):
+    #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE and the tiny twin's: 4)
+    vae_temporal_factor: ClassVar[int] = 4
+
     _target_: str = "models.wan.WanBackbone"
     name: str = "wan2.1"
     path: Optional[str] = "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"
@@ -41,6 +45,16 @@ class WanModelConfig(DiffusersModelConfig):
         ]
     )
     # finetune: lora (DanceGRPO: full)
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        super().check(cfg, errors)
+        n, tf = cfg.model.num_frames, cls.vae_temporal_factor
+        errors.require(
+            n >= 1 and (n - 1) % tf == 0,
+            "model.num_frames",
+            f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})",
+        )
 
 
 SCHEMAS = {"model": {"wan2.1": WanModelConfig}}

@@ -43,18 +43,9 @@ class Reward(nn.Module, Generic[RewardConfigT]):
 
     @classmethod
     def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The config-check hook every component has (run by ``launcher.validate`` before anything is built):
-        record in ``errors`` what this reward cannot run with, e.g. its weights missing offline. ``cfg`` is the whole
-        run config (typed; the reward's is ``cfg.reward``). A reward nested in ``reward=multi`` is checked with
-        ``cfg.reward`` set to its own config and ``errors`` naming its place (``errors.key("reward.path")``)."""
-        r = cfg.reward
-        if r.frame_reduce == FrameReduce.topk_mean:
-            errors.require(
-                0 < r.frame_topk_frac <= 1,
-                "reward.frame_topk_frac",
-                f"must be in (0, 1] with "
-                f"frame_reduce=topk_mean (got {r.frame_topk_frac}): the fraction of the frames averaged",
-            )
+        """The config-check hook for what needs this reward's code (run by ``launcher.validate`` before anything is
+        built, after the config class's ``check``, which holds the rules on values and files). ``cfg`` is the whole
+        run config (typed; the reward's is ``cfg.reward``); a reward's hook calls this first."""
 
     @classmethod
     def is_differentiable(cls, cfg: RewardConfigT) -> bool:

@@ -17,14 +17,13 @@ only the backbone's transformer.
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rewardflow.dtypes import Dtype, torch_dtype
-from rewardflow.errors import ConfigErrors
+from rewardflow.dtypes import torch_dtype
 from rewards.base import Reward
 from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
 from rewards.hps_config import HPSRewardConfig
@@ -42,15 +41,6 @@ class CLIPStyleReward(Reward[CLIPConfigT]):
         super().__init__(cfg)
         self.dtype_name = cfg.dtype
         self._text_cache: dict[str, torch.Tensor] = {}
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        errors.require(
-            cfg.reward.dtype not in (Dtype.float64, Dtype.fp64),
-            "reward.dtype",
-            f"{cfg.reward.dtype} is not a compute dtype of the reward models. Fix: reward.dtype=auto",
-        )
 
     # -- what a subclass provides ---------------------------------------------------------------------------------
     model: nn.Module

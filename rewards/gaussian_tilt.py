@@ -14,11 +14,8 @@ reward is defined (though meaningless) on real images too. Differentiable.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from rewardflow.errors import ConfigErrors
 from rewards.base import Reward
 from rewards.gaussian_tilt_config import GaussianTiltRewardConfig, TiltKind
 
@@ -31,13 +28,6 @@ class GaussianTiltReward(Reward[GaussianTiltRewardConfig]):
         self.kind, self.gamma = cfg.kind, float(cfg.gamma)
         self.register_buffer("_target", torch.tensor(list(cfg.target), dtype=torch.float64), persistent=False)
         self.register_buffer("_direction", torch.tensor(list(cfg.direction), dtype=torch.float64), persistent=False)
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        for key in ("target", "direction"):
-            n = len(getattr(cfg.reward, key))
-            errors.require(n in (1, 3), f"reward.{key}", f"needs 1 or 3 values (one per image channel), got {n}")
 
     def _per_channel(self, v: torch.Tensor, images: torch.Tensor) -> torch.Tensor:
         return v.to(images.device, images.dtype).expand(3)[None, :, None, None]

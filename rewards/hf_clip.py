@@ -20,15 +20,11 @@ Under GRPO a constant scale cancels in the per-group advantages; it matters for 
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from rewardflow.errors import ConfigErrors
 from rewards.clip_base import CLIPStyleReward
 from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
 from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
-from rewards.weights import HF_PROCESSOR, HF_WEIGHTS, require_files
 
 BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, the value processors store
 
@@ -82,18 +78,6 @@ class HFCLIPReward(CLIPStyleReward[PickScoreRewardConfig | CLIPScoreRewardConfig
             raise ValueError(f"resize to {self.resize_to} followed by a {crop} crop is not supported")
         self.crop = crop
         self.mean, self.std = tuple(ip.image_mean), tuple(ip.image_std)
-
-    @classmethod
-    def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
-        super().check_with_code(cfg, errors)
-        r, key = cfg.reward, errors.key("reward")
-        errors.require(r.divide_by > 0, "reward.divide_by", f"must be > 0 (got {r.divide_by})")
-        with errors.collect():
-            require_files(f"{key}.path", r.path, ["config.json", HF_WEIGHTS])
-        with errors.collect():
-            require_files(
-                f"{key}.processor_path" if r.processor_path else f"{key}.path", r.processor_path or r.path, HF_PROCESSOR
-            )
 
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
         if self.shortest_edge:

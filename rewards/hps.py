@@ -11,7 +11,6 @@ OpenAI CLIP mean/std (:mod:`rewards.preprocess`). The tokenizer is open_clip's b
 
 from __future__ import annotations
 
-import json
 import pickle
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from rewardflow.errors import ConfigErrors
 from rewards.clip_base import CLIPStyleReward
 from rewards.hps_config import HPSRewardConfig
 from rewards.preprocess import normalize, resize_longest_and_pad
-from rewards.weights import fetch_file, require_files
+from rewards.weights import fetch_file
 
 
 def register_arch(arch: str) -> str:
@@ -38,28 +37,6 @@ def register_arch(arch: str) -> str:
 
 
 #: the keys every open_clip model config has (open_clip/model_configs/*.json), read by ``create_model``
-ARCH_KEYS = ("embed_dim", "vision_cfg", "text_cfg")
-
-
-def arch_config_problem(path: Path) -> str | None:
-    """Why the open_clip model-config file ``path`` cannot be used (None when it can): read at validation, so a
-    typo in the JSON is a message naming ``reward.arch`` rather than a traceback from open_clip."""
-    if not path.is_file():
-        return "no such open_clip model config" if not path.exists() else "is not a file"
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as e:
-        return f"cannot be read ({e.strerror})"
-    except UnicodeDecodeError:
-        return "is not UTF-8 text"
-    except json.JSONDecodeError as e:
-        return f"is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})"
-    if not isinstance(config, dict):
-        return "holds no JSON object"
-    missing = [k for k in ARCH_KEYS if k not in config]
-    return f"is no open_clip model config: it lacks {', '.join(missing)}" if missing else None
-
-
 class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
     """HPSv2.1 reward, built from its typed config (:class:`rewards.hps_config.HPSRewardConfig`): ``cfg.path`` is a
     hub id (default ``xswu/HPSv2``), a local folder holding ``cfg.filename``, or the checkpoint file itself (``.pt``
@@ -98,17 +75,7 @@ class HPSv21Reward(CLIPStyleReward[HPSRewardConfig]):
     def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check_with_code(cfg, errors)
         key, arch = errors.key("reward"), cfg.reward.arch
-        with errors.collect():
-            require_files(f"{key}.path", cfg.reward.path, [cfg.reward.filename], allow_file=True)
-        if arch.endswith(".json"):
-            problem = arch_config_problem(Path(arch).expanduser())
-            errors.require(
-                problem is None,
-                "reward.arch",
-                f"{arch!r}: {problem}. Fix: {key}.arch=ViT-H-14 (HPSv2.1), or a path to an open_clip model-config "
-                f".json (an object with {', '.join(ARCH_KEYS)}, as open_clip's model_configs/*.json)",
-            )
-        else:
+        if not arch.endswith(".json"):  # a model-config file: HPSRewardConfig.check read it
             import open_clip
 
             errors.require(

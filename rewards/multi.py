@@ -13,7 +13,6 @@ under ``no_grad``. Videos are reduced once, on the weighted per-frame sum, by th
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Mapping
 
 import torch
@@ -23,11 +22,10 @@ from torch import nn
 from rewardflow.errors import ConfigError, ConfigErrors
 from rewards.base import Reward
 from rewards.base_config import RewardConfig
-from rewards.multi_config import MultiRewardConfig
+from rewards.multi_config import RESERVED, MultiRewardConfig
 from rewards.normalization import ScoreNormalizer
 
 #: metric names the trainer already uses under reward/
-RESERVED = ("mean", "std", "zero_std_frac")
 
 
 def component_class(cfg: RewardConfig, key: str) -> type[Reward]:
@@ -74,36 +72,10 @@ class MultiReward(Reward[MultiRewardConfig]):
     @classmethod
     def check_with_code(cls, cfg: Any, errors: ConfigErrors) -> None:
         super().check_with_code(cfg, errors)
-        r, key = cfg.reward, errors.key("reward")
-        components, weights = r.components, r.weights
-        errors.require(
-            bool(components),
-            "reward.components",
-            f"is empty. Fix: add one, e.g. +reward@{key}.components.hps=hps +{key}.weights.hps=1.0",
-        )
-        errors.require(
-            set(components) == set(weights),
-            "reward.weights",
-            f"must name exactly the components: "
-            f"components {sorted(components)}, weights {sorted(weights)}. Fix: set {key}.weights.<name> "
-            f"for each component (0 = score and log only)",
-        )
-        for n, w in weights.items():
-            errors.require(
-                math.isfinite(w),
-                f"reward.weights.{n}",
-                f"must be a finite number (got {w}): a NaN or "
-                f"infinite weight makes every step's reward NaN. Fix: {key}.weights.{n}=1.0 (0 = score "
-                f"and log only)",
-            )
-        errors.require(0 < r.norm_momentum <= 1, "reward.norm_momentum", f"must be in (0, 1] (got {r.norm_momentum})")
+        components = cfg.reward.components
         for n, c in components.items():
-            if not errors.require(
-                n not in RESERVED and "/" not in n,
-                f"reward.components.{n}",
-                f"the name is taken by reward/{n} or not a metric name; rename the component",
-            ):
-                continue
+            if n in RESERVED or "/" in n:
+                continue  # MultiRewardConfig.check reports the name
             with errors.collect():
                 component = component_class(c, errors.key(f"reward.components.{n}"))
                 component.check_with_code(

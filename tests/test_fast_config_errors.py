@@ -42,6 +42,12 @@ def imported(stderr: str) -> set[str]:
         (["method=jagg", "method.base=flow_grpo_fast", "method.window_range=[0,1,2]"], "method.window_range"),
         (["logger.tags=[" + "x" * 70 + "]"], "logger.tags: W&B takes tags of at most 64"),
         (["data.prompts=null", "data.path=missing.txt"], "data.path='missing.txt': no such file"),
+        # the models' and rewards' rules on values and files (models/*_config.py, rewards/*_config.py) and eval's
+        (["model.height=30", "model.lora_rank=0"], "model.height: must be a positive multiple of 4"),
+        (["model=tiny_wan2.1", "model.num_frames=4"], "model.num_frames: must be 4k + 1"),
+        (["data.prompts=[a cat]"], "reward=color needs every prompt"),
+        (["reward=clip", "reward.path=/nonexistent/clip"], "reward.path"),
+        (["eval.samples_per_prompt=0"], "eval.samples_per_prompt: must be >= 1"),
     ],
 )
 def test_a_config_error_imports_no_torch_and_leaves_no_folder(args, key, tmp_path):
@@ -55,10 +61,10 @@ def test_a_config_error_imports_no_torch_and_leaves_no_folder(args, key, tmp_pat
 
 
 def test_an_error_of_a_components_check_hook_removes_the_new_run_folder(tmp_path):
-    # found by a check that still needs the component's code (the colour reward's), in the trainer
-    proc = cli("data.prompts=[a cat]", "logger=none", cwd=tmp_path)
+    # found by a check that still needs the component's code (the model family's checkpoint folder), in the trainer
+    proc = cli(f"model.path={tmp_path / 'no_model'}", "logger=none", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "config error: reward: reward=color needs every prompt" in proc.stderr
+    assert "config error:" in proc.stderr and "no_model" in proc.stderr, proc.stderr[-3000:]
     assert list(tmp_path.iterdir()) == []
 
 
@@ -66,12 +72,10 @@ def test_an_existing_run_folder_is_kept_on_a_config_error(tmp_path):
     run_dir = tmp_path / "runs" / "mine"
     run_dir.mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text("{}\n")
-    proc = cli("data.prompts=[a cat]", "logger=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)
+    proc = cli(f"model.path={tmp_path / 'no_model'}", "logger=none", f"hydra.run.dir={run_dir}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert (run_dir / "metrics.jsonl").read_text() == "{}\n"
-    assert (
-        "reward=color needs every prompt" in (run_dir / "rewardflow.log").read_text()
-    )  # the message is kept in its log
+    assert "no_model" in (run_dir / "rewardflow.log").read_text()  # the message is kept in its log
 
 
 def test_only_the_folders_this_run_created_are_removed(tmp_path):

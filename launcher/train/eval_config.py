@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from rewardflow.errors import ConfigErrors
+
 
 @dataclass
 class EvalConfig:
@@ -25,3 +27,47 @@ class EvalConfig:
     rewards: dict[str, Any] = field(default_factory=dict)  # also scored: +reward@eval.rewards.clip=clip
     use_ema: bool = False  # evaluate the EMA weights (needs trainer.ema_decay > 0)
     batch_size: int = 8  # samples per sampler batch on each rank
+
+    @classmethod
+    def check(cls, cfg: Any, errors: ConfigErrors) -> None:
+        """The rules on ``eval.*`` values alone (run by :func:`launcher.validate.check_config` before torch is
+        imported); the prompts, the model's guidance and the rewards on the held-out prompts are checked by
+        :meth:`launcher.train.evaluation.Evaluator.check`. ``cfg`` is the run's typed config."""
+        e = cfg.eval
+        for key in ("every", "split", "val_split"):
+            errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
+        errors.require(
+            e.prompts is None or not e.split,
+            "eval.split",
+            f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
+            f"(eval.split=0, or eval.prompts=null)",
+        )
+        errors.require(
+            not e.use_ema or cfg.trainer.ema_decay > 0,
+            "eval.use_ema",
+            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or eval.use_ema=false",
+        )
+        errors.require(
+            not e.val_split or e.every > 0,
+            "eval.val_split",
+            f"{e.val_split} scores training prompts at each evaluation, and eval.every=0 runs none. Fix: "
+            f"eval.every=N (with held-out prompts), or eval.val_split=0",
+        )
+        if not e.every:
+            return
+        errors.require(
+            e.prompts is not None or e.split > 0,
+            "eval.every",
+            f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
+            f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
+            f"training; or eval.every=0",
+        )
+        for key in ("samples_per_prompt", "batch_size"):
+            errors.require(getattr(e, key) >= 1, f"eval.{key}", f"must be >= 1 (got {getattr(e, key)})")
+        if errors.require(
+            e.sampling_steps is not None,
+            "eval.sampling_steps",
+            f"is not set and model={cfg.model.name} has no inference defaults "
+            f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0",
+        ):
+            errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")

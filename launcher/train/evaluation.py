@@ -98,44 +98,18 @@ class Evaluator:
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
-        """The evaluation's config check (run by :mod:`launcher.validate` before anything is built, after the
-        components' own): ``cfg`` is the run's typed config. The rewards are checked on the held-out prompts only
+        """The evaluation's config check that needs the prompts, the model's code and the rewards' (run by
+        :mod:`launcher.validate` before anything is built, after the components' own and after
+        :meth:`launcher.train.eval_config.EvalConfig.check`, which holds the rules on values alone): ``cfg`` is the
+        run's typed config. The rewards are checked on the held-out prompts only
         when nothing else failed (their own checks have then passed on the training prompts)."""
-        e, clean = cfg.eval, not errors.messages
-        for key in ("every", "split", "val_split"):
-            errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
-        errors.require(
-            e.prompts is None or not e.split,
-            "eval.split",
-            f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
-            f"(eval.split=0, or eval.prompts=null)",
-        )
-        errors.require(
-            not e.use_ema or cfg.trainer.ema_decay > 0,
-            "eval.use_ema",
-            "true needs an EMA of the weights. Fix: trainer.ema_decay=0.995 (for example), or eval.use_ema=false",
-        )
-        errors.require(
-            not e.val_split or e.every > 0,
-            "eval.val_split",
-            f"{e.val_split} scores training prompts at each evaluation, and eval.every=0 runs none. Fix: "
-            f"eval.every=N (with held-out prompts), or eval.val_split=0",
-        )
+        e, clean = cfg.eval, not errors.messages  # the values alone were checked by EvalConfig.check
         prompts = None
         with errors.collect():
             prompts = held_out_prompts(cfg)  # also checks eval.split against the data prompts
             validation_prompts(cfg)  # and eval.val_split against the training prompts
         if not e.every or prompts is None:
             return
-        for key in ("samples_per_prompt", "batch_size"):
-            errors.require(getattr(e, key) >= 1, f"eval.{key}", f"must be >= 1 (got {getattr(e, key)})")
-        if errors.require(
-            e.sampling_steps is not None,
-            "eval.sampling_steps",
-            f"is not set and model={cfg.model.name} has no inference defaults "
-            f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0",
-        ):
-            errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
         with errors.collect():
             model_cls = component_class(cfg.model, "model")
             errors.require(
@@ -143,16 +117,7 @@ class Evaluator:
                 "eval.guidance",
                 f"{e.guidance}: model={cfg.model.name} has no guidance. Fix: eval.guidance=null",
             )
-        if (
-            not errors.require(
-                bool(prompts),
-                "eval.every",
-                f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
-                f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
-                f"training; or eval.every=0",
-            )
-            or not clean
-        ):
+        if not prompts or not clean:  # none set: EvalConfig.check said so (an empty list or file is refused on reading)
             return
         # every reward scored must suit the held-out prompts: check each as if it trained on them
         held_out = replace(cfg, data=replace(cfg.data, prompts=list(prompts), path=None))
