@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from launcher.tracking import dashboard, metric_names
-from launcher.tracking.dashboard import Dashboard, build_dashboard, main, names_in_runs, to_workspace
+from launcher.compare import dashboard
+from launcher.compare.dashboard import Dashboard, build_dashboard, main, names_in_runs, to_workspace
+from launcher.tracking import metric_names
 from launcher.tracking.metric_names import FAMILIES, MetricFamily, family_of
 
 DOCS = ROOT / "docs"
@@ -154,7 +155,7 @@ def _clean_env(home: Path, **extra: str) -> dict[str, str]:
 )
 def test_without_w_and_b_the_command_says_what_to_do(tmp_path, extra, why):
     proc = subprocess.run(
-        [sys.executable, "-m", "launcher.tracking.dashboard", "--project", "me/rewardflow"],
+        [sys.executable, "-m", "launcher.compare.dashboard", "--project", "me/rewardflow"],
         cwd=ROOT,
         env=_clean_env(tmp_path, **extra),
         capture_output=True,

@@ -3,7 +3,7 @@ an evaluation's row from a training row when it resumes) and for ``rewardflow-co
 which plots them against the compute before the evaluation). See docs/evaluation.md#what-a-run-logs.
 
 It also lists every documented metric by family (:data:`FAMILIES`, docs/metrics.md), which ``rewardflow-dashboard``
-(launcher/tracking/dashboard.py) turns into the sections of a W&B workspace."""
+(launcher/compare/dashboard.py) turns into the sections of a W&B workspace."""
 
 from __future__ import annotations
 

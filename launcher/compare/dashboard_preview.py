@@ -1,6 +1,6 @@
 """``rewardflow-dashboard --preview OUT.png RUN_DIRS...``: the dashboard's panels drawn locally with matplotlib.
 
-The same spec as the W&B workspace (:mod:`launcher.tracking.dashboard`), drawn from ``metrics.jsonl`` files: a
+The same spec as the W&B workspace (:mod:`launcher.compare.dashboard`), drawn from ``metrics.jsonl`` files: a
 block per section, a plot per panel that the runs have data for, one colour per ``method.name`` (the spec's
 ``group_by``), each method's mean over its runs with a band of one standard deviation (W&B's ``mean`` and
 ``stddev`` grouping). Runs are averaged step by step, x included (W&B buckets x instead). A panel of several metrics
@@ -15,8 +15,8 @@ from typing import Sequence
 
 import numpy as np
 
+from launcher.compare.dashboard import AXIS_NAMES, Dashboard, Panel
 from launcher.compare.runs import RunData, config_get, show
-from launcher.tracking.dashboard import AXIS_NAMES, Dashboard, Panel
 
 COLUMNS = 4
 STYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1, 1, 1)))

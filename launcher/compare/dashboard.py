@@ -10,7 +10,7 @@ in the runs when they are known. The runs are one sweep's (``--group``, W&B's ru
 grouped by ``method.name``: one colour per method, its seeds' mean with a band of one standard deviation.
 
 The spec (:class:`Dashboard`) is plain data: ``--json PATH`` writes it without the network, :func:`to_workspace`
-turns it into a ``wandb_workspaces`` workspace, and :mod:`launcher.tracking.dashboard_preview` draws the same panels
+turns it into a ``wandb_workspaces`` workspace, and :mod:`launcher.compare.dashboard_preview` draws the same panels
 with matplotlib from local run folders (docs/wandb.md#dashboard-template)."""
 
 from __future__ import annotations
@@ -326,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 Path(args.json).write_text(text)
                 print(f"dashboard spec: {args.json} ({len(d.sections)} sections, {len(d.panels())} panels)")
         if args.preview:
-            from launcher.tracking.dashboard_preview import render
+            from launcher.compare.dashboard_preview import render
 
             assert runs is not None
             render(d, runs, Path(args.preview))
