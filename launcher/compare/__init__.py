@@ -14,9 +14,11 @@ Pipeline, one module per concept:
 - :mod:`.report`     the Markdown tables and ``comparison.json``;
 - :mod:`.plots`      the PNG figures;
 - :mod:`.publish`    the optional W&B report (or, without the report API, a summary W&B run);
-- :mod:`.cli`        the argparse command tying them together.
+- :mod:`.cli`        the argparse command tying them together;
+- :mod:`.dashboard`  ``rewardflow-dashboard``: a W&B workspace of the metric families (``launcher.tracking.metric_names``),
+  its JSON spec, and :mod:`.dashboard_preview`, the same panels drawn from local runs.
 
-Of the rest of the launcher it imports only ``launcher.tracking`` (the offline W&B reader); it reads run folders,
+Of the rest of the launcher it imports only ``launcher.tracking`` (the offline W&B reader, the metric names, W&B's mode); it reads run folders,
 never the trainer (docs/development.md#the-launchers-rooms).
 """
 
