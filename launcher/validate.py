@@ -29,6 +29,8 @@ from launcher.cluster.mesh import check_mesh_config, planned_world
 from launcher.components import component_class
 from launcher.strict_keys import check_keys
 from launcher.toy_values import toy_values
+from launcher.tracking.objective import KEY as OBJECTIVE_KEY
+from launcher.tracking.objective import name_problem
 from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import load_prompts
@@ -184,6 +186,8 @@ def check_trainer(cfg: Any, errors: ConfigErrors) -> None:
     errors.require(
         t.log_every >= 0, "trainer.log_every", f"must be >= 0 (got {t.log_every}); 0 disables the per-step log line"
     )
+    problem = name_problem(str(t.objective))
+    errors.require(problem is None, OBJECTIVE_KEY, problem or "")
     check_optimizer(cfg.optimizer, errors)
     for key in ("target", "margin"):
         value = getattr(cfg.protocol, key)

@@ -51,6 +51,8 @@ MAY_CHANGE_ON_RESUME: tuple[str, ...] = (
     "trainer.max_nonfinite_in_a_row",
     "trainer.max_weight_growth",
     "trainer.memory_check",  # whether a plan that does not fit stops the run, not what it computes
+    "trainer.objective",  # what the run returns to a sweeper
+    "trainer.objective_direction",
     "cluster",  # where the ranks run (the number of ranks is checked against each checkpoint)
     "logger",  # the W&B project, tags and mode
     "eval",  # held-out evaluation reads the weights, never changes them

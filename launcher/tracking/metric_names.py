@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 #: the prefixes of the metrics an evaluation logs: the held-out prompts (``eval/*``) and ``eval.val_split``'s
 #: validation prompts (``val/*``)
@@ -144,3 +145,27 @@ FAMILIES: tuple[MetricFamily, ...] = (
 def family_of(metric_key: str) -> MetricFamily | None:
     """The documented family of a logged metric; None for one no family documents (and ``step``)."""
     return next((f for f in FAMILIES if f.matches(metric_key)), None)
+
+
+STATISTICS = ("mean", "std")
+
+
+def evaluation_metrics(cfg: Any) -> list[str]:
+    """The evaluation metrics a run with config ``cfg`` logs: ``eval/<reward>/mean|std`` for the trained reward and
+    each of ``eval.rewards`` when ``eval.every`` > 0, and ``val/<...>`` too with ``eval.val_split`` > 0 (the row of
+    launcher/train/evaluation.py)."""
+    e = cfg.eval
+    if not e.every:
+        return []
+    names = [str(cfg.reward.name), *[str(n) for n in (e.rewards or {})]]
+    prefixes = ["eval"] + (["val"] if e.val_split else [])
+    return [f"{p}/{n}/{s}" for p in prefixes for n in names for s in STATISTICS]
+
+
+def is_metric_name(key: str) -> bool:
+    """Whether ``key`` is a metric rewardflow logs (docs/metrics.md): a documented metric of :data:`FAMILIES`, or an
+    evaluation's ``eval/<reward>/mean|std`` / ``val/<reward>/mean|std``."""
+    if is_evaluation(key):
+        parts = key.split("/")
+        return len(parts) == 3 and bool(parts[1]) and parts[2] in STATISTICS
+    return family_of(key) is not None

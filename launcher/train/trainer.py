@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -351,7 +352,7 @@ class Trainer:
 
     # -- the run ------------------------------------------------------------------------------------------------
     def fit(self) -> float:
-        """Train ``trainer.steps`` steps; returns the final ``reward/mean`` (the value sweepers optimise)."""
+        """Train ``trainer.steps`` steps; returns the last logged ``trainer.objective`` (the value sweepers optimise)."""
         from tqdm.auto import tqdm
 
         t = self.cfg.trainer
@@ -395,9 +396,18 @@ class Trainer:
                 self._finish(exit_code)
             if self.run_lock is not None:
                 self.run_lock.release()
-        rows = [r for r in self.logger.history if "reward/mean" in r]  # evaluation rows have no reward/mean
-        last = rows[-1]["reward/mean"] if rows else None
-        return float("nan") if last is None else float(last)  # a non-finite reward is logged as null
+        return self.objective()
+
+    def objective(self) -> float:
+        """The value a sweeper optimises: the last logged ``trainer.objective`` (default: the final held-out
+        evaluation's score; launcher/tracking/objective.py); NaN when it was never logged or was not finite."""
+        from launcher.tracking.objective import KEY, objective_value
+
+        key = str(self.cfg.trainer.objective)
+        value = objective_value(self.logger.history, key)
+        if math.isnan(value) and self.world.is_main and self.info.group is not None:  # in a sweep
+            log.warning("%s=%s: no finite value was logged; the run returns NaN to a sweeper", KEY, key)
+        return value
 
     def _evaluate(self, step: int) -> None:
         """The held-out evaluation of the model after ``step`` training steps, when due (launcher/train/evaluation.py)."""

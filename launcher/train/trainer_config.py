@@ -17,6 +17,13 @@ class MemoryCheck(StrEnum):
     off = "off"  # neither check nor log the fit (the auto settings are still decided from the plan)
 
 
+class ObjectiveDirection(StrEnum):
+    """Whether a sweeper should maximize or minimize ``trainer.objective`` (docs/tuning.md#the-objective)."""
+
+    maximize = "maximize"
+    minimize = "minimize"
+
+
 @dataclass
 class TrainerConfig:
     steps: int = 150  # rollout/update iterations (the CPU demo: ~1-2 min on 2 cores)
@@ -41,6 +48,10 @@ class TrainerConfig:
     ema_warmup: bool = False  # ramp the decay in: min((1 + s) / (10 + s), ema_decay) at the s-th update, as
     # flow_grpo/ema.py (DiffusionNFT's EMA; launcher/train/ema.py)
     memory_check: MemoryCheck = MemoryCheck.error  # a GPU run whose planned peak does not fit: error | warn | off
+    # the logged metric whose last value the run returns to a sweeper (Optuna, ...): by default the final held-out
+    # evaluation's score of the trained reward (docs/tuning.md#the-objective); e.g. reward/mean for the last step's
+    objective: str = "eval/${reward.name}/mean"
+    objective_direction: ObjectiveDirection = ObjectiveDirection.maximize  # what a sweeper should do with it
 
 
 class LRSchedule(StrEnum):
