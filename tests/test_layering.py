@@ -33,7 +33,14 @@ ROOM_MAY_IMPORT = {
     "plan": {"launcher.config", "launcher.installation"},  # composing a command line for --plan
     # the sweep check validates every point and checks that its run dir holds no other run
     # ... and sizes a SLURM job's memory and signal delay from the plan (launcher/cluster/cluster_defaults.py)
-    "cluster": {"launcher.validate", "launcher.run_dir_check", "launcher.checkpoint", "launcher.plan"},
+    # ... and checks the objective a tuning sweeper reads (launcher/tracking/objective.py)
+    "cluster": {
+        "launcher.validate",
+        "launcher.run_dir_check",
+        "launcher.checkpoint",
+        "launcher.plan",
+        "launcher.tracking",
+    },
     "compare": {"launcher.tracking"},  # the offline W&B reader
     "train": {
         "launcher.checkpoint",

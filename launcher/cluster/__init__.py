@@ -8,6 +8,7 @@ sweep's start and end lines (``sweep_banner``) and the failing rank's log tails 
 
 It may import models (the model configs' device keys) and rewardflow; of the launcher, only the top-level
 ``launcher.validate`` and ``launcher.run_dir_check``, which the sweep check runs on every point, and
-``launcher.checkpoint`` (the run identity of each point's run dir), and ``launcher.plan`` (a SLURM job's memory and
-signal delay, ``cluster_defaults``) (docs/development.md#the-launchers-rooms).
+``launcher.checkpoint`` (the run identity of each point's run dir), ``launcher.plan`` (a SLURM job's memory and
+signal delay, ``cluster_defaults``) and ``launcher.tracking`` (the objective a tuning sweeper reads, checked by
+``sweep_check``) (docs/development.md#the-launchers-rooms).
 """
