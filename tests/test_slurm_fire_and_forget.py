@@ -68,9 +68,5 @@ def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
     good, broken = seen[-1]
     assert good.split()[1] == ids[0] and "done (4/4 steps)" in good and "rewards.color.ColorReward" in good
     assert " failed (" in broken and "RuntimeError: BrokenScorer: scoring failed on purpose" in broken
-    states = {
-        re.sub(r"\s*\[.*", "", line.split(maxsplit=2)[2]).split(" (")[0].split(" step")[0]
-        for lines in seen
-        for line in lines
-    }
+    states = {line.split()[2] for lines in seen for line in lines}  # queued (...), running k/N steps, done (...)
     assert states & {"queued", "running"}, seen  # followed while the jobs were still going
