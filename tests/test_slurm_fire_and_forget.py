@@ -52,6 +52,7 @@ def test_submit_and_return_then_follow_the_jobs_to_their_end(tmp_path):
     assert returned_after < 30, f"the submit command took {returned_after:.1f} s"
     ids = re.search(r"submitted 2 SLURM job\(s\): (\S+), (\S+)", proc.stdout).groups()
     assert f"sweep dir: {sweep}" in proc.stdout and f"rewardflow-status {sweep}" in proc.stdout
+    assert "rewardflow: sweep submitted" in proc.stdout and "Traceback" not in proc.stderr  # the sweep ended cleanly
     live = subprocess.run(
         ["squeue", "--noheader", "--format=%i", f"--jobs={','.join(ids)}"], capture_output=True, text=True
     ).stdout.split()

@@ -199,16 +199,16 @@ def launcher_contradictions(config: DictConfig) -> list[str]:
         elif key in SBATCH_FLAGS:
             errors.append(
                 f"hydra.launcher.{key}={_show(value)}: rewardflow reads SLURM values from cluster.* only. Fix: "
-                f"cluster.additional_parameters.{key}={_show(value)} (any sbatch flag goes there)"
+                f"+cluster.additional_parameters.{key}={_show(value)} (any sbatch flag goes there)"
             )
         else:
             errors.append(
                 f"hydra.launcher.{key}={_show(value)}: rewardflow sets it ({_show(wanted)}) and reads SLURM values "
-                f"from cluster.* only. Fix: drop the override (an sbatch flag: cluster.additional_parameters.<flag>)"
+                f"from cluster.* only. Fix: drop the override (an sbatch flag: +cluster.additional_parameters.<flag>=<value>)"
             )
     for key in unknown:
         errors.append(
             f"hydra.launcher.{key}: not a key of the SLURM launcher; rewardflow reads SLURM values from cluster.* "
-            f"only. Fix: cluster.additional_parameters.{key}=<value> for an sbatch flag"
+            f"only. Fix: +cluster.additional_parameters.{key}=<value> for an sbatch flag"
         )
     return errors
