@@ -173,9 +173,9 @@ def launcher_contradictions(config: DictConfig) -> list[str]:
             f"hydra/launcher=rewardflow_slurm, which reads its values from cluster.*. Fix: drop the hydra/launcher "
             f"override and set cluster.* instead"
         ]
-    expressions = _expressions()
-    changed = {k for k, e in expressions.items() if k in launcher and launcher._get_node(k)._value() != e}
-    unknown = sorted(k for k in launcher if k not in expressions)
+    expressions, keys = _expressions(), set(launcher.keys())  # (``key in launcher`` would resolve the value)
+    changed = {k for k, e in expressions.items() if k in keys and launcher._get_node(k)._value() != e}
+    unknown = sorted(keys - set(expressions))
     if not changed and not unknown:
         return []
     expected = copy.deepcopy(config)
