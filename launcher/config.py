@@ -98,6 +98,10 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     # cluster=local's sweep launcher (conf/cluster/local.yaml); Hydra instantiates launchers from hydra_plugins only
     cs.store(group="hydra/launcher", name="rewardflow_local", node={"_target_": LOCAL_SWEEP_LAUNCHER})
+    # cluster=slurm's (conf/cluster/slurm.yaml): hydra-submitit-launcher's, every value from cluster.*
+    from launcher.cluster.slurm_launcher import RewardflowSlurmConf
+
+    cs.store(group="hydra/launcher", name="rewardflow_slurm", node=RewardflowSlurmConf)
     for group, entries in all_schemas().items():
         for name, node in entries.items():
             cs.store(group=f"schema/{group}", name=name, node=node)

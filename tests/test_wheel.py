@@ -140,7 +140,8 @@ def test_the_installed_command_runs_outside_the_repository(installed, tmp_path):
     slurm = run(venv_dir, "cluster=slurm", "experiment=jagg_paper", "--cfg", "hydra", cwd=tmp_path)
     assert slurm.returncode == 0, slurm.stderr
     launcher = yaml.safe_load(slurm.stdout)["hydra"]["launcher"]
-    assert "submitit" in launcher["_target_"] and launcher["submitit_folder"].endswith(".submitit/%j")
+    assert launcher["_target_"] == "hydra_plugins.rewardflow_launchers.slurm_launcher.SlurmSweepLauncher"  # our plugin
+    assert launcher["submitit_folder"].endswith(".submitit/%j")
 
     (tmp_path / "recorder").mkdir()
     (tmp_path / "recorder" / "sitecustomize.py").write_text(MODULE_RECORDER)

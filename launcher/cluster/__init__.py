@@ -1,7 +1,8 @@
 """Where a run's processes come from and how they find each other: the ``cluster=`` configs, the device mesh FSDP2
 shards over (``mesh``), which rank fills a node's caches first (``node_cache``), device checks (``device_check``), the
-checks of the environment variables the launcher reads (``env_check``), SLURM jobs, preflight and status
-(``slurm_jobs``, ``slurm_preflight``, ``sweep_status``), local sweeps (``local_sweep`` runs the points,
+checks of the environment variables the launcher reads (``env_check``), SLURM sweeps (``slurm_launcher`` submits them and
+holds the one-source-of-truth check of ``hydra.launcher.*`` against ``cluster.*``), their jobs' record, preflight and
+status (``slurm_jobs``, ``slurm_preflight``, ``sweep_status``), local sweeps (``local_sweep`` runs the points,
 ``local_point`` is one point's process, ``local_jobs`` their record, ``local_status`` its reading), a point's progress
 and ETA (``point_progress``), the check of every sweep point before anything is queued (``sweep_check``), the
 sweep's start and end lines (``sweep_banner``) and the failing rank's log tails (``job_logs``).

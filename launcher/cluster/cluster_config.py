@@ -66,9 +66,12 @@ class SlurmClusterConfig(MultiRankFields):
     # write time + 120 s), whole minutes; the first half trains on, the second writes the last checkpoint
     max_num_timeout: int = 20  # requeues on time-out (submitit's default 0 would never requeue)
     setup: list[str] = field(default_factory=list)  # shell lines run in the sbatch script before srun
-    additional_parameters: dict[str, Any] = field(default_factory=dict)  # extra sbatch flags
+    additional_parameters: dict[str, Any] = field(default_factory=dict)  # any other sbatch flag: {exclude: node3}
+    array_parallelism: int = 256  # a sweep's jobs running at once (sbatch --array=...%N)
     collective_timeout_s: int = 600
     wait: bool = True  # false: submit, print the job ids and return (rewardflow-status follows them)
+    # these keys are the only place rewardflow reads SLURM values: hydra/launcher=rewardflow_slurm takes them by
+    # interpolation, and a hydra.launcher.* value that contradicts them is an error (launcher/cluster/slurm_launcher.py)
 
 
 SCHEMAS = {

@@ -1,23 +1,13 @@
-"""``cluster=slurm`` sweeps record their jobs, and with ``cluster.wait=false`` the command returns once they are queued.
-
-hydra-submitit-launcher submits a sweep as one job array and then waits for every job's result (Hydra's launcher
-design), so the submitting terminal had to stay open for days. Hydra only runs launchers from its ``hydra_plugins``
-namespace, so rather than a launcher subclass (a plugin package to install) this Hydra callback (registered in
-conf/hydra/default.yaml) acts in the submitting process around upstream's ``launch``: as soon as the array is
-submitted it records the jobs in ``<sweep dir>/slurm_jobs.json`` (read by ``rewardflow-status``,
-launcher/cluster/sweep_status.py), and with ``cluster.wait=false`` it answers upstream's wait for each result at once with a
-placeholder and prints the job ids, the sweep dir and how to follow it.
+"""The record of a ``cluster=slurm`` sweep's jobs: ``<sweep dir>/slurm_jobs.json``, written by the SLURM launcher
+(launcher/cluster/slurm_launcher.py) as soon as a batch is queued, blocking (``cluster.wait=true``) or not, and read
+by ``rewardflow-status`` (launcher/cluster/sweep_status.py), which follows and cancels the jobs.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
-
-from hydra.core.utils import JobReturn, JobStatus
-from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from typing import Any, Sequence
 
 JOBS_FILE = "slurm_jobs.json"
 
@@ -39,48 +29,3 @@ def record_jobs(sweep_dir: Path, jobs: Sequence[Any], overrides: Sequence[Sequen
             }
         )
     path.write_text(json.dumps(known, indent=1) + "\n")
-
-
-class SlurmJobs(Callback):
-    def __init__(self) -> None:
-        self._restore: Callable[[], None] | None = None
-
-    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        if "slurm" not in str(config.hydra.launcher.get("_target_", "")).lower():
-            return
-        import submitit
-
-        wait = bool(config.cluster.get("wait", True))
-        sweep_dir = Path(str(config.hydra.sweep.dir))
-        map_array, results = submitit.AutoExecutor.map_array, submitit.Job.results
-
-        # upstream calls executor.map_array(launcher, overrides, dir keys, job numbers, ...) once per batch
-        def map_array_and_record(executor, fn, *iterables):
-            jobs = map_array(executor, fn, *iterables)
-            record_jobs(sweep_dir, jobs, iterables[0], iterables[2])
-            if not wait:
-                print(
-                    f"rewardflow: submitted {len(jobs)} SLURM job(s): {', '.join(j.job_id for j in jobs)}\n"
-                    f"  sweep dir: {sweep_dir}\n"
-                    f"  follow it: rewardflow-status {sweep_dir}   (also squeue --me; submitit's logs in "
-                    f"{sweep_dir}/.submitit/)",
-                    flush=True,
-                )
-            return jobs
-
-        def placeholder_result(job):
-            return [JobReturn(status=JobStatus.COMPLETED, _return_value=None)]
-
-        submitit.AutoExecutor.map_array = map_array_and_record
-        if not wait:
-            submitit.Job.results = placeholder_result
-
-        def restore() -> None:
-            submitit.AutoExecutor.map_array, submitit.Job.results = map_array, results
-
-        self._restore = restore
-
-    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        if self._restore is not None:
-            self._restore()
-            self._restore = None

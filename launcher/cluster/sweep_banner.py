@@ -10,8 +10,8 @@ for every launcher: cluster=local, local_multi, slurm) prints, at ``on_multirun_
 and when the sweep ends (also when a point failed: Hydra then raises before ``on_multirun_end``, so the lines are
 printed at exit), the exact ``rewardflow-status`` and ``rewardflow-compare`` commands (docs/clusters.md#following-a-sweep).
 
-It also registers the local sweep launcher with Hydra's plugin registry before Hydra instantiates the sweeper
-(hydra_plugins/rewardflow_launchers/local_sweep_launcher.py says why).
+It also registers rewardflow's launchers (local sweeps, SLURM) with Hydra's plugin registry before Hydra instantiates
+the sweeper (hydra_plugins/rewardflow_launchers/local_sweep_launcher.py says why).
 """
 
 from __future__ import annotations
@@ -64,9 +64,11 @@ class SweepBanner(Callback):
         from hydra.core.plugins import Plugins
 
         from hydra_plugins.rewardflow_launchers.local_sweep_launcher import LocalSweepLauncher
+        from hydra_plugins.rewardflow_launchers.slurm_launcher import SlurmSweepLauncher
         from launcher.cluster.sweep_check import sweep_points
 
         Plugins.instance().register(LocalSweepLauncher)
+        Plugins.instance().register(SlurmSweepLauncher)
         sweep_dir = str(Path(str(config.hydra.sweep.dir)))
         points = sweep_points(config)
         print(start_lines(sweep_dir, len(points) if points is not None else None, _how(config)), flush=True)

@@ -3,8 +3,9 @@
 Hydra's sweeper only composes each point (a misspelt key fails there) and the values are checked inside each job
 (launcher/validate.py): with ``cluster=slurm`` a bad value surfaced after the queue wait, buried in a submitit
 traceback, and a plain ``rewardflow -m`` stopped at its first bad point after running the points before it. This Hydra
-callback (registered in conf/hydra/default.yaml) runs at ``on_multirun_start``: it checks that SLURM can take jobs
-(:mod:`launcher.cluster.slurm_preflight`), enumerates the sweep's points as Hydra's basic sweeper does, composes each one
+callback (registered in conf/hydra/default.yaml) runs at ``on_multirun_start``: it checks that no ``hydra.launcher.*``
+value contradicts ``cluster.*`` (:func:`launcher.cluster.slurm_launcher.launcher_contradictions`) and that SLURM can
+take jobs (:mod:`launcher.cluster.slurm_preflight`), enumerates the sweep's points as Hydra's basic sweeper does, composes each one
 with Hydra's own config loader and runs the run's checks on it. Any failure ends the command (exit code 2) with every
 bad point's overrides, the key and the fix; nothing is queued or run.
 
@@ -189,8 +190,13 @@ def runs_on_this_host(config: DictConfig) -> bool:
 
 class SweepCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from launcher.cluster.slurm_launcher import launcher_contradictions
         from launcher.cluster.slurm_preflight import slurm_problem
 
+        if config.get("cluster", {}).get("name") == "slurm":  # cluster.* is the one place for SLURM values
+            contradictions = launcher_contradictions(config)
+            if contradictions:
+                _fail("cluster=slurm: " + "\n  ".join(contradictions))
         problem = None if runs_on_this_host(config) else slurm_problem(config)
         if problem:
             _fail(f"cluster=slurm: {problem}")
