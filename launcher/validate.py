@@ -33,7 +33,7 @@ from launcher.tracking.objective import KEY as OBJECTIVE_KEY
 from launcher.tracking.objective import name_problem
 from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
-from rewardflow.prompts import load_prompts
+from rewardflow.prompts import data_prompts
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +110,7 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     errors.raise_if_any()
     for warning in toy_values(run):
         log.warning(warning)
-    return split_prompts(
-        load_prompts(run.data.prompts, run.data.path, run.data.field, run.data.encoding), run.eval.split
-    )[0]
+    return split_prompts(data_prompts(run.data), run.eval.split)[0]
 
 
 #: trainer.seed must be below this (torch seeds are 64-bit; any seed in range works: docs/configuration.md)

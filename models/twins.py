@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -14,11 +13,9 @@ from typing import Any, Callable, TypeVar
 
 from filelock import FileLock
 
+from rewardflow.cache_dir import default_cache_dir
+
 ModelT = TypeVar("ModelT")
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("REWARDFLOW_CACHE", Path.home() / ".cache" / "rewardflow"))
 
 
 def recipe_key(*parts) -> str:

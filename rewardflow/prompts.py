@@ -167,9 +167,22 @@ def read_text(p: Path, path: str, encoding: str, key: str = "data.path") -> str:
     return text
 
 
+def data_prompts(data) -> list[str]:
+    """The training prompts of the ``data`` config: a named set's split (``data.set``, ``data.split``; ``data.path``
+    then names a local copy of the split's file), else ``data.prompts`` or the file at ``data.path``."""
+    from rewardflow.prompt_sets import set_prompts, split_files
+
+    if getattr(data, "set", None) is not None:
+        split_files(data.set, data.split)  # the split exists (DrawBench has no train split)
+        if data.path is not None:  # a local copy of the split's file: each prompt once, as the set's loader keeps it
+            return list(dict.fromkeys(load_prompts(None, data.path, data.field, data.encoding)))
+        return set_prompts(data.set, data.split, key="data.set")
+    return load_prompts(data.prompts, data.path, data.field, data.encoding)
+
+
 def prompts_or_none(data) -> list[str] | None:
     """The prompts of the ``data`` config ``data``, or None when they cannot be read (the data check says why)."""
     try:
-        return load_prompts(data.prompts, data.path, data.field, data.encoding)
+        return data_prompts(data)
     except ConfigError:
         return None

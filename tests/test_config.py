@@ -30,10 +30,12 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
     files at a local file (an experiment preset may name both)."""
     cfg = compose([f"{group}={option}"])
     extra = tiny_reward_overrides(tiny_rewards, cfg.reward.name)
-    if cfg.data.name == "file":
+    if cfg.data.name == "file" or cfg.data.set is not None:  # a named set: a local copy of its split (no network)
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
         extra.append(f"data.path={prompts}")
+    if cfg.data.set == "drawbench":
+        extra.append("data.split=test")  # DrawBench is a test set only
     if group == "cluster" and cfg.cluster.get("tasks_per_node") is not None:  # whole prompt groups per rank (slurm: 8)
         ranks = int(OmegaConf.select(cfg, "cluster.tasks_per_node")) * int(cfg.cluster.get("nodes", 1))
         extra.append(f"method.prompts_per_step={ranks * -(-int(cfg.method.prompts_per_step) // ranks)}")

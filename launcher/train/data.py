@@ -11,7 +11,7 @@ import torch
 
 from launcher.train.data_config import DataConfig
 from rewardflow.errors import ConfigError
-from rewardflow.prompts import load_prompts
+from rewardflow.prompts import data_prompts
 
 #: seed of the held-out split: fixed, so every method and seed trains and evaluates on the same prompts
 SPLIT_SEED = 0
@@ -42,7 +42,7 @@ class PromptSource:
     (``eval.split``) are left out of training (:func:`split_prompts`)."""
 
     def __init__(self, cfg: DataConfig, seed: int = 0, held_out: int = 0):
-        self.prompts = split_prompts(load_prompts(cfg.prompts, cfg.path, cfg.field, cfg.encoding), held_out)[0]
+        self.prompts = split_prompts(data_prompts(cfg), held_out)[0]
         self.shuffle = cfg.shuffle
         self.seed = seed
         self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation): the last one drawn

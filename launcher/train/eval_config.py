@@ -15,7 +15,8 @@ class EvalConfig:
     prompts and cadence from conf/eval/demo.yaml."""
 
     every: int = 0  # evaluate at step 0, every N steps and at the end; 0 = off
-    prompts: Any = None  # held-out prompts: a .txt / .jsonl file (key data.field) or an inline list
+    prompts: Any = None  # held-out prompts: a .txt / .jsonl file (key data.field), an inline list, or a named set
+    # (eval.prompts=drawbench: its test split); null: data.set's test split when data.set is a named set
     split: int = 0  # or hold out N prompts of `data` (fixed split; applies even when every=0)
     # also score N of the training prompts (a fixed subset, disjoint from the held-out ones) at every evaluation, as
     # val/<reward>/mean: a protocol picks its learning rate on these and reports the held-out score
@@ -56,7 +57,7 @@ class EvalConfig:
         if not e.every:
             return
         errors.require(
-            e.prompts is not None or e.split > 0,
+            e.prompts is not None or e.split > 0 or cfg.data.set is not None,
             "eval.every",
             f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
             f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "

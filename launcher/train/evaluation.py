@@ -45,23 +45,29 @@ from launcher.train.data import split_prompts
 from methods.family_sampler import family_ode_sample, family_sigmas
 from rewardflow.distributed import World, all_gather_objects, broadcast_object
 from rewardflow.errors import ConfigError, ConfigErrors
-from rewardflow.prompts import load_prompts
+from rewardflow.prompt_sets import SETS, PromptSet, Split, named_test_split, set_prompts
+from rewardflow.prompts import data_prompts, load_prompts
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------- configuration
-def held_out_prompts(cfg: Any) -> list[str]:
-    """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, or an inline list),
-    else the ``eval.split`` prompts held out of ``data``; empty when neither is set."""
+def held_out_prompts(cfg: Any, set_test_split: bool = True) -> list[str]:
+    """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, an inline list, or a
+    named set's name: its test split), else the ``eval.split`` prompts held out of ``data``, else the test split of
+    the named set ``data.set`` trains on (``set_test_split=False``: not that one, which is downloaded on first use:
+    the config check of a run that evaluates nothing); empty when none is set (docs/data.md#named-prompt-sets, docs/evaluation.md#keys)."""
     e = cfg.eval
     if e.prompts is not None:
         if isinstance(e.prompts, (list, ListConfig)):
             return load_prompts(list(e.prompts), None)
+        if named_test_split(str(e.prompts)):
+            return set_prompts(str(e.prompts), Split.test, key="eval.prompts")
         return load_prompts(None, str(e.prompts), cfg.data.field, cfg.data.encoding, key="eval.prompts")
     if e.split > 0:
-        data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
-        return split_prompts(data, int(e.split))[1]
+        return split_prompts(data_prompts(cfg.data), int(e.split))[1]
+    if set_test_split and cfg.data.set is not None and Split.test in SETS[PromptSet(cfg.data.set)].splits:
+        return set_prompts(cfg.data.set, Split.test, key="data.set")
     return []
 
 
@@ -72,8 +78,7 @@ def validation_prompts(cfg: Any) -> list[str]:
     n = int(cfg.eval.val_split)
     if n <= 0:
         return []
-    data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
-    train = split_prompts(data, int(cfg.eval.split))[0]
+    train = split_prompts(data_prompts(cfg.data), int(cfg.eval.split))[0]
     return split_prompts(train, n, key="eval.val_split")[1]
 
 
@@ -106,7 +111,7 @@ class Evaluator:
         e, clean = cfg.eval, not errors.messages  # the values alone were checked by EvalConfig.check
         prompts = None
         with errors.collect():
-            prompts = held_out_prompts(cfg)  # also checks eval.split against the data prompts
+            prompts = held_out_prompts(cfg, set_test_split=bool(e.every))  # also checks eval.split against the data
             validation_prompts(cfg)  # and eval.val_split against the training prompts
         if not e.every or prompts is None:
             return
