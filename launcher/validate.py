@@ -53,7 +53,8 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     check_trainer(run, errors)
     evaluate = getattr(run, "evaluate", None)  # rewardflow-eval's config (launcher/evaluate_config.py)
     if evaluate is not None:
-        run.eval.every = max(int(run.eval.every), 1)  # it evaluates whatever eval.every says: check as evaluating
+        if run.eval.prompts is not None or run.eval.split > 0:  # none: EvaluateConfig.check says so, once
+            run.eval.every = max(int(run.eval.every), 1)  # it evaluates whatever eval.every says: check as evaluating
         type(evaluate).check(run, errors)
     type(run.eval).check(run, errors)
     check_environment(run, errors)
