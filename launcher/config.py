@@ -21,6 +21,7 @@ from typing import Any, Iterator
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
+from launcher.evaluate_config import EvaluateConfig
 from launcher.protocol_config import ProtocolConfig
 from launcher.train.eval_config import EvalConfig
 from launcher.train.trainer_config import OptimizerConfig, TrainerConfig
@@ -45,6 +46,15 @@ class TrainConfig:
     protocol: ProtocolConfig = field(default_factory=ProtocolConfig)
     task_name: str = "train"
     output_root: str = "outputs"
+
+
+@dataclass
+class EvaluateRunConfig(TrainConfig):
+    """``rewardflow-eval``'s config (conf/evaluate.yaml): the training config, whose ``model``, ``reward`` and
+    ``eval.*`` it scores with, plus what to score (``evaluate.*``)."""
+
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    task_name: str = "evaluate"
 
 
 def config_modules() -> Iterator[ModuleType]:
@@ -96,6 +106,7 @@ def register_configs() -> None:
     register_resolvers()
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
+    cs.store(name="evaluate_schema", node=EvaluateRunConfig)  # rewardflow-eval (conf/evaluate.yaml)
     # cluster=local's sweep launcher (conf/cluster/local.yaml); Hydra instantiates launchers from hydra_plugins only
     cs.store(group="hydra/launcher", name="rewardflow_local", node={"_target_": LOCAL_SWEEP_LAUNCHER})
     # cluster=slurm's (conf/cluster/slurm.yaml): hydra-submitit-launcher's, every value from cluster.*
@@ -107,7 +118,7 @@ def register_configs() -> None:
             cs.store(group=f"schema/{group}", name=name, node=node)
 
 
-def compose(overrides: list[str] | None = None) -> DictConfig:
+def compose(overrides: list[str] | None = None, config_name: str = "train") -> DictConfig:
     """The run config ``rewardflow <overrides>`` composes, from the configs the CLI reads
     (:func:`launcher.installation.config_path`), for scripts and tests; the CLI composes through Hydra's main, which
     also sets up the run directory."""
@@ -125,4 +136,4 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
     else:
         context = initialize_config_dir(config_dir=path, version_base="1.3")
     with context:
-        return hydra_compose(config_name="train", overrides=list(overrides or []))
+        return hydra_compose(config_name=config_name, overrides=list(overrides or []))

@@ -51,6 +51,11 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     errors.raise_if_any()
     run: Any = OmegaConf.to_object(cfg)  # launcher.config.TrainConfig with the components' dataclasses
     check_trainer(run, errors)
+    evaluate = getattr(run, "evaluate", None)  # rewardflow-eval's config (launcher/evaluate_config.py)
+    if evaluate is not None:
+        if run.eval.prompts is not None or run.eval.split > 0:  # none: EvaluateConfig.check says so, once
+            run.eval.every = max(int(run.eval.every), 1)  # it evaluates whatever eval.every says: check as evaluating
+        type(evaluate).check(run, errors)
     type(run.eval).check(run, errors)
     check_environment(run, errors)
     check_components(run, errors)

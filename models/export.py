@@ -85,6 +85,49 @@ class ExportMixin:
             (out / "rewardflow_export.json").write_text(json.dumps(info, indent=2) + "\n")
         return out
 
+    def load_export(self, folder: str | os.PathLike) -> dict:
+        """Load what :meth:`save_pretrained` wrote into this backbone, before it is sharded: the adapter into its own
+        LoRA adapter (``model.finetune=lora``) or the ``transformer/`` weights into the transformer; return the
+        export's ``rewardflow_export.json``. The weights are copied as they are, so this backbone then computes what
+        the exporting one did (``rewardflow-eval``, docs/evaluation.md#evaluating-without-training)."""
+        from rewardflow.errors import ConfigError
+
+        folder = Path(folder)
+        info = json.loads((folder / "rewardflow_export.json").read_text())
+        mode = info.get("finetune")
+        if mode != self.finetune:
+            raise ConfigError(
+                f"evaluate.weights={folder}: this export holds {'a LoRA adapter' if mode == 'lora' else 'a full transformer'}"
+                f" (finetune={mode}) and model.finetune={self.finetune}. Fix: model.finetune={mode}"
+            )
+        if mode == "lora":
+            from peft.utils import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            state = load_file(str(folder / "pytorch_lora_weights.safetensors"))
+            state = {k.removeprefix("transformer."): v for k, v in state.items()}
+            result = set_peft_model_state_dict(self.transformer, state, adapter_name=ADAPTER_NAME)
+            unexpected = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+            if unexpected:
+                raise ConfigError(
+                    f"evaluate.weights={folder}: its adapter does not fit model= as configured (e.g. {unexpected[0]}). "
+                    f"Fix: the model, model.lora_targets and model.lora_rank of the run that exported it"
+                )
+        else:
+            from safetensors.torch import load_file
+
+            state = {}
+            for file in sorted((folder / "transformer").glob("*.safetensors")):
+                state.update(load_file(str(file)))
+            try:
+                self.transformer.load_state_dict(state, strict=True)
+            except RuntimeError as e:
+                raise ConfigError(
+                    f"evaluate.weights={folder}: its transformer does not fit model= as configured "
+                    f"({str(e).splitlines()[0]}). Fix: the model the run that exported it trained"
+                ) from None
+        return info
+
     def _base_model_reference(self) -> dict[str, str]:
         """What the export was fine-tuned from, in terms that hold on another machine: the hub id, or the family's
         published model and the local folder's name, or the tiny twin's recipe; never an absolute path of the

@@ -14,8 +14,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-#: W&B's job type of a training run (a held-out scoring job would be "eval"; rewardflow-compare logs "compare")
+#: W&B's job type of a training run (rewardflow-compare logs "compare")
 TRAIN_JOB_TYPE = "train"
+#: W&B's job type of a ``rewardflow-eval`` run, which scores weights without training (launcher/evaluate_cli.py)
+EVAL_JOB_TYPE = "eval"
 
 
 @dataclass
@@ -48,6 +50,7 @@ def dashboard_names(
     sweep_group: str | None,
     run_name: str | None,
     env: Mapping[str, str] | None = None,
+    job_type: str = TRAIN_JOB_TYPE,
 ) -> DashboardNames:
     """The names of one run: ``logger_cfg`` is ``cfg.logger``, ``defaults`` the default tags (method, model, reward,
     ``sweep``), ``sweep_group`` the sweep's group (None for a single run), ``run_name`` the readable default name."""
@@ -57,5 +60,5 @@ def dashboard_names(
         group=logger_cfg.get("group") or env.get("WANDB_RUN_GROUP") or sweep_group,
         name=logger_cfg.get("run_name") or env.get("WANDB_NAME") or run_name,
         tags=list(dict.fromkeys([*env_tags, *defaults, *logger_cfg.get("tags", [])])),
-        job_type=env.get("WANDB_JOB_TYPE") or TRAIN_JOB_TYPE,
+        job_type=env.get("WANDB_JOB_TYPE") or job_type,
     )

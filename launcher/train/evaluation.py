@@ -183,6 +183,12 @@ class Evaluator:
         """Evaluate the model after ``step`` training steps if due; log the row and the grid; return the row."""
         if not self.due(step):
             return None
+        return self.run(step, wallclock_s)
+
+    def run(self, step: int, wallclock_s: float) -> dict[str, float]:
+        """Evaluate the model as it is now, as evaluation ``step`` (collective): log the row and the grid, return
+        the row. :meth:`maybe_run` calls it when due; ``rewardflow-eval`` (launcher/evaluate_cli.py) for each
+        weights source it scores, so both measure with this one implementation."""
         t0 = time.perf_counter()
         weights = self.ema.applied() if self.ema is not None else contextlib.nullcontext()
         with weights:
