@@ -39,10 +39,11 @@ class EvaluateConfig:
             sources = weights_sources(str(cfg.evaluate.weights))
         e = cfg.eval
         errors.require(
-            e.prompts is not None or e.split > 0,
+            e.prompts is not None or e.split > 0 or cfg.data.set is not None,
             "eval.prompts",
             "rewardflow-eval scores held-out prompts, and none are set. Fix: eval.prompts=/path/prompts.txt (or a "
-            "list), or eval.split=N to score the N prompts a run of this data holds out",
+            "list, or a named set: eval.prompts=drawbench), or eval.split=N to score the N prompts a run of this data holds "
+            "out",
         )
         if sources and e.use_ema:
             errors.require(
