@@ -77,20 +77,23 @@ class _MeanRecordingSDE(FlowSDEScheduler):
 class GRPOGuard(FlowGRPO[GRPOGuardConfig]):
     def __init__(self, cfg: GRPOGuardConfig, backbone: Backbone):
         super().__init__(cfg, backbone)
-        self.sde = _MeanRecordingSDE(self.sigmas, cfg.noise_kernel, cfg.eta)
+        self.recorder = _MeanRecordingSDE(self.sigmas, cfg.noise_kernel, cfg.eta)
+        self.sde = self.recorder
 
     @torch.no_grad()
     def rollout(self, prompts: list[str], generator: torch.Generator) -> Rollout:
         """Flow-GRPO's rollout, keeping the rollout policy's mean of every trained transition (steps 0..T-1)."""
         trained = self.trained_per_sample(self.cfg)
         calls: list[torch.Tensor] = []
-        self.sde.recording = calls
+        self.recorder.recording = calls
         try:
             rollout = super().rollout(prompts, generator)
         finally:
-            self.sde.recording = None
+            self.recorder.recording = None
         b = len(prompts) * int(self.cfg.group_size)
-        means, step, rows = [], [], 0
+        means: list[torch.Tensor] = []
+        step: list[torch.Tensor] = []
+        rows = 0
         for m in calls:  # each step's calls cover rows 0..B-1 in order (methods.chunking.sample_chunks)
             if len(means) < trained:
                 step.append(m)
