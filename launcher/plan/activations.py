@@ -104,7 +104,7 @@ def kept_states(method: dict) -> int:
         return 2
     if name in ("eam", "diffusion_nft"):  # the final latent only
         return 1
-    if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg"):
+    if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg", "mix_grpo"):
         return int(method["window_size"]) + 1
     if name == "flow_grpo" or (name == "jagg" and method.get("base") == "flow_grpo"):
         return max(1, min(n - 1, int(float(method["timestep_fraction"]) * n))) + 1
