@@ -1,12 +1,14 @@
-"""method=mix_grpo (docs/methods/mix_grpo.md) against the authors' code (tests/reference/mixgrpo_reference.py, copied
-from Tencent-Hunyuan/MixGRPO @e5cdd6a427778d8c8b2e7a48ce16972141adbe7c): the window schedule over training
-iterations, the sigma grid, the SDE / ODE steps and their log-probs, the group advantages, the clipped loss; then the
-method's window masks and its resumable state. The training runs on every tiny twin (declared passes), chunking,
-update batches, FSDP and resume come from the tests parametrised over every method."""
+"""method=mix_grpo (docs/methods/mix_grpo.md) against the authors' code: the values in
+tests/reference/mixgrpo_values.json were computed by Tencent-Hunyuan/MixGRPO @e5cdd6a427778d8c8b2e7a48ce16972141adbe7c
+on the inputs drawn here (tests/reference/make_mixgrpo_values.py regenerates them from a clone): the window schedule
+over training iterations, the sigma grid, the SDE / ODE steps and their log-probs, the group advantages, the clipped
+loss; then the method's window masks and its resumable state. The training runs on every tiny twin (declared passes),
+chunking, update batches, FSDP and resume come from the tests parametrised over every method."""
 
 from __future__ import annotations
 
-import types
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,44 +23,21 @@ from methods.mix_grpo_window import window_steps
 from methods.schedule import linear_shift_sigmas
 from methods.schedule_config import Schedule
 from methods.sde import FlowSDEScheduler
-from reference import mixgrpo_reference as ref
+from reference.make_mixgrpo_values import COMMIT, ITERATIONS, WINDOWS, loss_inputs, step_inputs
 from rewardflow.errors import ConfigError
 
-WINDOWS = {  # name -> our config keys (the paper's, MixGRPO-Flash's interval, and the reference's other schedules)
-    "paper": {},
-    "flash_interval": {"window_shift_every": 20},
-    "no_overlap": {"window_stride": 4},
-    "decay": {"window_strategy": "decay", "window_shift_every": 5},
-    "exp_decay": {"window_strategy": "exp_decay", "window_shift_every": 5},
-    "no_roll_back": {"window_roll_back": False, "window_shift_every": 3},
-    "short": {"sampling_steps": 10, "window_size": 3, "window_shift_every": 2, "window_stride": 2},
-}
+REF = json.loads((Path(__file__).parent / "reference" / "mixgrpo_values.json").read_text())
 
 
-def reference_states(c: MixGRPOConfig) -> ref.GRPOTrainingStates:
-    """train_grpo_flux.py's construction of the states from its arguments (max_timesteps = sampling_steps - 2)."""
-    return ref.GRPOTrainingStates(
-        iters_per_group=c.window_shift_every,
-        group_size=c.window_size,
-        max_timesteps=c.sampling_steps - 2,
-        cur_timestep=0,
-        cur_iter_in_group=0,
-        sample_strategy=c.window_strategy,
-        prog_overlap=True,
-        prog_overlap_step=c.window_stride,
-        max_iters_per_group=c.window_decay_max,
-        min_iters_per_group=c.window_decay_min,
-        roll_back=c.window_roll_back,
-    )
+def test_the_reference_values_are_the_pinned_commits():
+    assert REF["commit"] == COMMIT and set(REF["windows"]) == set(WINDOWS)
 
 
 @pytest.mark.parametrize("name", list(WINDOWS))
 def test_window_schedule_equals_the_reference(name):
-    c = MixGRPOConfig(**WINDOWS[name])
-    states, diverged = reference_states(c), 0
-    for k in range(700):
-        expected = states.get_current_timesteps()  # the training loop: read, then update_iteration()
-        states.update_iteration()
+    c, diverged = MixGRPOConfig(**WINDOWS[name]), 0
+    for k in range(ITERATIONS):
+        expected = REF["windows"][name][k]
         if not expected:  # the reference's empty window (start == max_timesteps): ours wraps there instead
             diverged += 1
             continue
@@ -72,65 +51,43 @@ def test_window_schedule_equals_the_reference(name):
 
 def test_sigma_grid_equals_the_reference(float64):
     c = MixGRPOConfig()
-    theirs = ref.sd3_time_shift(c.shift, torch.linspace(1, 0, c.sampling_steps + 1, dtype=torch.float64))
-    assert (linear_shift_sigmas(c.sampling_steps, c.shift) - theirs).abs().max() <= 1e-12
+    assert (linear_shift_sigmas(c.sampling_steps, c.shift) - torch.tensor(REF["sigmas"])).abs().max() <= 1e-12
 
 
-@pytest.mark.parametrize("stochastic", [True, False], ids=["sde", "ode"])
-def test_sde_and_ode_steps_and_log_probs_equal_flow_grpo_step(stochastic, float64):
+def test_sde_and_ode_steps_and_log_probs_equal_flow_grpo_step(float64):
     """Each index of the 25-step grid (the last transition's std is 0: no SDE there), float64, within 1e-6."""
     c = MixGRPOConfig()
-    sigmas = linear_shift_sigmas(c.sampling_steps, c.shift)
-    sde = FlowSDEScheduler(sigmas, c.noise_kernel, c.eta)
-    g = torch.Generator().manual_seed(0)
-    for i in range(c.sampling_steps - 1):
-        x, v, noise = (torch.randn(3, 4, 8, generator=g) for _ in range(3))
-        index = torch.full((3,), i)
-        out = sde.step(x, v, index, stochastic=stochastic, noise=noise)
-        prev_in = out.prev_sample if stochastic else None
-        theirs = ref.flow_grpo_step(v, x, c.eta, sigmas, i, prev_in, determistic=not stochastic)
-        assert (out.prev_sample - theirs[0]).abs().max() <= 1e-6
-        if stochastic:
-            assert (out.mean - theirs[3]).abs().max() <= 1e-6 and (out.std - theirs[4]).abs().max() <= 1e-6
-            assert (out.log_prob - theirs[2]).abs().max() <= 1e-6
-            # the update's recomputation with a new velocity (grpo_one_step: prev_sample given)
-            v2 = v + 0.01 * torch.randn(3, 4, 8, generator=g)
-            ours, _ = sde.log_prob(out.prev_sample, x, v2, index)
-            again = ref.flow_grpo_step(v2, x, c.eta, sigmas, i, out.prev_sample, determistic=False)
-            assert (ours - again[2]).abs().max() <= 1e-6
+    sde = FlowSDEScheduler(linear_shift_sigmas(c.sampling_steps, c.shift), c.noise_kernel, c.eta)
+    for i, theirs in enumerate(REF["steps"]):
+        s = step_inputs(i)
+        index = torch.full((s["x"].shape[0],), i)
+        out = sde.step(s["x"], s["v"], index, stochastic=True, noise=s["noise"])
+        assert (out.prev_sample - torch.tensor(theirs["prev"])).abs().max() <= 1e-6
+        assert (out.mean - torch.tensor(theirs["mean"])).abs().max() <= 1e-6
+        assert (out.std - theirs["std"]).abs().max() <= 1e-6
+        assert (out.log_prob - torch.tensor(theirs["log_prob"])).abs().max() <= 1e-6
+        ode = sde.step(s["x"], s["v"], index, stochastic=False, noise=s["noise"])
+        assert (ode.prev_sample - torch.tensor(theirs["ode"])).abs().max() <= 1e-6
+        # the update's recomputation with a new velocity (grpo_one_step: prev_sample given)
+        again, _ = sde.log_prob(out.prev_sample, s["x"], s["v2"], index)
+        assert (again - torch.tensor(theirs["log_prob_v2"])).abs().max() <= 1e-6
 
 
 def test_group_advantages_and_clipped_loss_equal_the_reference(float64):
     c = MixGRPOConfig()
-    args = types.SimpleNamespace(
-        num_generations=c.group_size,
-        trimmed_ratio=0.0,
-        clip_range=c.clip_range,
-        adv_clip_max=c.adv_clip_max,
-        gradient_accumulation_steps=3,
-        kl_coeff=c.kl_beta,
-    )
-    g = torch.Generator().manual_seed(1)
-    rewards = torch.rand(3 * c.group_size, generator=g)
-    rewards[:4] += 40.0  # some advantages beyond +-5 (the clamp)
+    li = loss_inputs(c)
     keys = [k for k in range(3) for _ in range(c.group_size)]
-    theirs = ref.reference_group_advantages({"rewards": rewards.clone()}, args)
-    ours = compute_advantages(rewards, keys, "group", clip=1e9).values
-    assert (ours - theirs).abs().max() <= 1e-6
-    clamped = compute_advantages(rewards, keys, "group", clip=c.adv_clip_max).values
-
-    old = 0.01 * torch.randn(rewards.shape[0], 5, generator=g)
-    train_timesteps = [1, 2, 3, 4]
-    for row in range(rewards.shape[0]):
-        for t in train_timesteps:
-            new = old[row, t] + torch.tensor([[-3e-4, -5e-5, 0.0, 5e-5, 3e-4][t]])
-            sample = {"advantages": theirs[row : row + 1], "log_probs": old[row : row + 1]}
-            policy, _, _, ratio, clip_frac = ref.reference_policy_loss(args, sample, new, t, train_timesteps)
-            loss, stats = ppo_clip_loss(new, old[row, t : t + 1], clamped[row : row + 1], c.clip_range)
-            norm = args.gradient_accumulation_steps * len(train_timesteps)  # GRPO.backward: update_size x T
-            assert abs(float(loss.sum() / norm - policy)) <= 1e-6
-            assert (stats["ratio"] - ratio).abs().max() <= 1e-6
-            assert float(stats["clipped"].mean()) == float(clip_frac)
+    ours = compute_advantages(li["rewards"], keys, "group", clip=1e9).values
+    assert (ours - torch.tensor(REF["advantages"])).abs().max() <= 1e-6
+    clamped = compute_advantages(li["rewards"], keys, "group", clip=c.adv_clip_max).values
+    for theirs in REF["losses"]:
+        row, t = theirs["row"], theirs["t"]
+        new = li["old"][row, t] + torch.tensor([[li["delta"][t]]])
+        loss, stats = ppo_clip_loss(new, li["old"][row, t : t + 1], clamped[row : row + 1], c.clip_range)
+        norm = 3 * len(li["train_timesteps"])  # GRPO.backward: update_size x T (gradient_accumulation_steps 3)
+        assert abs(float(loss.sum() / norm - theirs["policy"])) <= 1e-6
+        assert (stats["ratio"].flatten() - torch.tensor(theirs["ratio"])).abs().max() <= 1e-6
+        assert float(stats["clipped"].mean()) == theirs["clip_frac"]
 
 
 def test_method_samples_and_trains_the_iterations_window_and_keeps_it_in_its_state():
