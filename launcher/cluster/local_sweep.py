@@ -4,8 +4,9 @@ Hydra's basic launcher runs a sweep's points one after the other inside the subm
 two points side by side on a machine with cores to spare, a signal to one point stopped the whole sweep, and
 nothing outside could tell which point was where. This launcher (selected by conf/cluster/local.yaml; the class
 Hydra instantiates lives in the ``hydra_plugins`` namespace, hydra_plugins/rewardflow_launchers/, because Hydra only
-instantiates launchers from there) starts each point as ``python -m launcher.cluster.local_point`` (Hydra's
-``run_job`` in a fresh process, as hydra-submitit-launcher's local executor does) and:
+instantiates launchers from there) runs each point in a process of its own (Hydra's ``run_job`` on the pickled
+point, as hydra-submitit-launcher's local executor does: launcher/cluster/local_point.py), forked from a server that
+imported torch and the trainer once (launcher/cluster/point_process.py), and:
 
 - runs ``min(cluster.parallel, points)`` at a time; each point's automatic torch threads are the CPUs this process
   may use divided by that number (``REWARDFLOW_PARALLEL_POINTS``, read by launcher/cluster/device_check.py);
@@ -27,7 +28,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import sys
 import threading
 import time
@@ -41,6 +41,7 @@ from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, open_dict
 
 from launcher.cluster import local_jobs as jobs
+from launcher.cluster.point_process import PointProcess
 from launcher.cluster.point_progress import duration, read_progress, sweep_remaining_s
 
 log = logging.getLogger("rewardflow")
@@ -62,7 +63,7 @@ class Point:
     overrides: list[str]
     config: DictConfig
     record: dict[str, Any]
-    proc: subprocess.Popen | None = None
+    proc: PointProcess | None = None
     payload: Path | None = None
     started: float = 0.0
     signals: int = 0
@@ -186,20 +187,14 @@ class LocalSweepLauncher(Launcher):
                 },
                 fh,
             )
-        env = {**os.environ, PARALLEL_ENV: str(self.concurrency)}
-        piped = self.concurrency > 1  # side by side: lines carry the point's number
-        out = subprocess.PIPE if piped else None
-        p.proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher.cluster.local_point", str(p.payload)],
-            env=env,
-            stdout=out,
-            stderr=out,
-            text=True,
-            start_new_session=True,  # a terminal's Ctrl-C reaches the launcher, which passes on one SIGTERM
-        )
-        if piped:
-            for stream, sink in ((p.proc.stdout, sys.stdout), (p.proc.stderr, sys.stderr)):
-                threading.Thread(target=_relay, args=(stream, sink, p), daemon=True).start()
+        outputs = None
+        if self.concurrency > 1:  # side by side: lines carry the point's number
+            outputs = (p.payload.with_suffix(".stdout"), p.payload.with_suffix(".stderr"))
+            for fifo, sink in zip(outputs, (sys.stdout, sys.stderr)):
+                fifo.unlink(missing_ok=True)
+                os.mkfifo(fifo)
+                threading.Thread(target=_relay, args=(fifo, sink, p), daemon=True).start()
+        p.proc = PointProcess(p.payload, {PARALLEL_ENV: str(self.concurrency)}, outputs)
         p.started = time.monotonic()
         p.record.update(state=jobs.RUNNING, **jobs.process_record(p.proc.pid), started=time.time())
         self._save()
@@ -254,12 +249,11 @@ class LocalSweepLauncher(Launcher):
         jobs.write_jobs(self.sweep_dir, self.record)
 
 
-def _relay(stream: IO[str] | None, sink: IO[str], p: Point) -> None:
+def _relay(fifo: Path, sink: IO[str], p: Point) -> None:
     """Copy a point's output lines to ours, prefixed with its number; keep its last message for the failure line."""
-    if stream is None:
-        return
-    for line in stream:
-        sink.write(f"[{p.num}] {line}")
-        sink.flush()
-        if line.strip():
-            p.last_message[:] = (p.last_message + [line.strip()])[-20:]
+    with fifo.open(errors="replace") as stream:  # waits for the point to open its end
+        for line in stream:
+            sink.write(f"[{p.num}] {line}")
+            sink.flush()
+            if line.strip():
+                p.last_message[:] = (p.last_message + [line.strip()])[-20:]
