@@ -23,8 +23,10 @@ else PY=python3
 fi
 
 # diffusers: the transformers and VAEs; hydra-core, omegaconf (+ antlr4, their parser runtime): the project's
-# config modules the method benches compose; open_clip_torch (+ ftfy, + wcwidth for ftfy): the reward tower.
-FROM_PYPI=(diffusers hydra-core omegaconf open_clip_torch ftfy wcwidth)
+# config modules the method benches compose; hydra-submitit-launcher (+ submitit; cloudpickle is there): the config store
+# registers cluster=slurm's launcher config, built on its SlurmQueueConf; open_clip_torch (+ ftfy, + wcwidth for
+# ftfy): the reward tower.
+FROM_PYPI=(diffusers hydra-core omegaconf hydra-submitit-launcher submitit open_clip_torch ftfy wcwidth)
 SOURCE_ONLY=(antlr4-python3-runtime)
 
 normalize() { echo "$1" | tr 'A-Z' 'a-z' | sed -E 's/[-_.]+/-/g'; }
