@@ -15,7 +15,7 @@ prefixes with the point's number.
 
 from __future__ import annotations
 
-import logging
+import atexit
 import multiprocessing
 import os
 import signal
@@ -53,8 +53,9 @@ def _run(payload: str, env: dict[str, str], outputs: tuple[str, str] | None) -> 
 
     try:
         main(payload)
-    finally:  # the fork server's children end with os._exit: flush what Python still holds
-        logging.shutdown()
+    finally:  # the fork server's children end with os._exit, which skips the interpreter's exit: run it here, so
+        # what the run registered there (W&B's teardown that flushes an offline run, logging's shutdown) still runs
+        atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
 
