@@ -91,6 +91,18 @@ def _single_process() -> bool:
     return not (dist.is_available() and dist.is_initialized())
 
 
+def load_state(state: dict, path: Path | str) -> None:
+    """Fill ``state`` in place from the DCP checkpoint at ``path`` (through the safe reader and planner: no pickled
+    objects are loaded), quietly and without a process group in a single process. Collective under FSDP."""
+    with _dcp_quiet():
+        dcp.load(
+            state,
+            storage_reader=SafeFileSystemReader(str(path)),
+            planner=SafeLoadPlanner(),
+            no_dist=_single_process(),
+        )
+
+
 def _fsync_write(path: Path, text: str) -> None:
     with open(path, "w") as fh:
         fh.write(text)
@@ -257,13 +269,7 @@ class CheckpointManager:
             **({"method": extra} if extra else {}),
             **{k: v for k, v in (states or {}).items() if k in saved},
         }
-        with _dcp_quiet():
-            dcp.load(
-                state,
-                storage_reader=SafeFileSystemReader(str(path)),
-                planner=SafeLoadPlanner(),
-                no_dist=_single_process(),
-            )
+        load_state(state, path)
         set_state_dict(
             model,
             optimizer,

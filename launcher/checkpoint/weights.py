@@ -13,12 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
-from launcher.checkpoint.manager import _dcp_quiet, _single_process
-from launcher.checkpoint.safe_dcp import SafeFileSystemReader, SafeLoadPlanner
+from launcher.checkpoint.manager import load_state
 from rewardflow.errors import ConfigError
 
 
@@ -42,13 +40,7 @@ def load_weights(path: Path, model: torch.nn.Module, ema=None, key: str = "evalu
     if ema is not None:
         state["ema"] = ema
     try:
-        with _dcp_quiet():
-            dcp.load(
-                state,
-                storage_reader=SafeFileSystemReader(str(path)),
-                planner=SafeLoadPlanner(),
-                no_dist=_single_process(),
-            )
+        load_state(state, path)
     except (Exception, CheckpointException) as e:  # noqa: BLE001 - DCP: a misfit, with every rank's traceback
         first = next((line.strip() for line in str(e).splitlines() if "Missing key" in line or "mismatch" in line), "")
         raise ConfigError(
