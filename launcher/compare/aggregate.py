@@ -34,10 +34,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from launcher.compare import evidence, stats
+from launcher.compare import evidence, hacking, stats
 from launcher.compare.completeness import Incomplete
 from launcher.compare.errors import CompareError
 from launcher.compare.grouping import Group
+from launcher.compare.hacking import ScoreChanges
 from launcher.compare.metric import Metric
 from launcher.compare.runs import AXES, COUNTS, PHASES, REWARD, STEP_TIME, RunData, axis_key, axis_scale, is_evaluation
 from launcher.compare.stats import Estimate
@@ -143,6 +144,8 @@ class Comparison:
     device: str | None = None  # cpu / cuda when every run says so (runs.py labels the gpu_hours axis by it)
     incomplete: list[Incomplete] = field(default_factory=list)  # named in the report; compared only if included
     warnings: list[evidence.Finding] = field(default_factory=list)
+    # the training reward against every held-out score, per group (empty without held-out scores): hacking.py
+    hacking: list[ScoreChanges] = field(default_factory=list)
 
 
 def axis_offset(axis: str, held_out: bool = False) -> float:
@@ -327,6 +330,7 @@ def compare(
         device=device,
         incomplete=list(incomplete or []),
     )
+    c.hacking = hacking.all_changes(results, s.confidence)
     c.warnings = evidence.check(c, s.thresholds)
     return c
 

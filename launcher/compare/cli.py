@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from launcher.compare import aggregate, completeness, evidence, grouping, plots, protocol, report, stats
+from launcher.compare import aggregate, completeness, evidence, grouping, hacking, plots, protocol, report, stats
 from launcher.compare.errors import CompareError
 from launcher.compare.local import SOURCES, load_local
 from launcher.compare.metric import SMOOTH_EVAL, SMOOTH_TRAINING, choose_metric
@@ -297,6 +297,7 @@ def _print(c, out: Path, wandb_where: str | None) -> None:
     for title, (header, rows) in (
         ("outcome at equal compute", report.outcome_table(c)),
         ("cost per step", report.cost_table(c)),
+        *([("training reward against held-out scores", hacking.table(c.hacking))] if c.hacking else []),
     ):
         table = Table(title=title, title_justify="left")
         for h in header:

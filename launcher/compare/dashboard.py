@@ -59,6 +59,9 @@ SHARED_PANELS = (
         False,
     ),
 )
+#: a metric of another family shown first in a section, beside that section's metrics: the training reward beside the
+#: held-out scores, where reward hacking shows as it rising while they fall (docs/comparing.md#reward-hacking)
+BESIDE = {"evaluation": ("reward/mean", "training reward/mean, beside the held-out scores below")}
 AXIS_NAMES = {
     mn.STEP: "step",
     "time/wallclock_s": "wall-clock",
@@ -133,6 +136,9 @@ def build_dashboard(
 
 def _family_panels(family: mn.MetricFamily, names: Mapping[str, Sequence[str]]) -> list[Panel]:
     panels: list[Panel] = []
+    if family.key in BESIDE:
+        metric, title = BESIDE[family.key]
+        panels.append(Panel(title, y=[metric]))
     done: set[str] = set()
     x_axes = set(mn.EVAL_COMPUTE_AXES)  # an evaluation's compute is an x axis only: as y it repeats the training's
     for metric in family.metrics:

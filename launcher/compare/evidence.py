@@ -14,7 +14,9 @@ Each check has a threshold that is a command-line option (``docs/compare_report.
   carry that noise;
 - ``unfinished``: runs whose last step is below their ``trainer.steps``, crashed or still running (named; left out
   unless ``--include-unfinished``);
-- ``reached_at_first``: a seed was at the target at its first logged point, so when it got there is not measured.
+- ``reached_at_first``: a seed was at the target at its first logged point, so when it got there is not measured;
+- ``reward_hacking``: a group's training reward rose while a held-out score (another reward, the trained one on held-out
+  prompts, diversity) fell, each change's interval away from 0 (hacking.py; with one seed: named as not tested).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from launcher.compare import hacking
 from launcher.compare.runs import REWARD, STEP_TIME
 
 if TYPE_CHECKING:
@@ -159,4 +162,5 @@ def check(c: Comparison, th: Thresholds) -> list[Finding]:
                 ),
             )
         )
+    out += [Finding(kind, message) for kind, message in hacking.findings(c.hacking, c.settings.confidence)]
     return out

@@ -8,8 +8,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from launcher.compare import stats
+from launcher.compare import hacking, stats
 from launcher.compare.aggregate import Comparison, GroupResult
+from launcher.compare.metric import SMOOTH_TRAINING
 from launcher.compare.runs import COUNTS, PHASES, STEP_TIME, axis_key, axis_label, axis_unit, show
 from launcher.compare.stats import Estimate
 
@@ -247,6 +248,17 @@ def markdown(
     lines += _table(*outcome_table(c))
     lines += ["", "## Cost per step", ""]
     lines += _table(*cost_table(c))
+    if c.hacking:
+        lines += ["", "## Training reward against held-out scores", ""]
+        lines += [
+            f"Each score's change over the run (training reward: its last {SMOOTH_TRAINING} logged steps' mean minus "
+            f"its first {SMOOTH_TRAINING}; "
+            f"held-out: the last evaluation minus the first), mean over seeds with its {pct(s.confidence)} interval. "
+            "*hacking?* says *yes* when the training reward rose and a held-out score fell, both intervals away "
+            "from 0.",
+            "",
+        ]
+        lines += _table(*hacking.table(c.hacking))
     lines += ["", "## How the numbers are computed", ""] + [f"- {n}" for n in notes(c)]
     if figures:
         lines += ["", "## Figures", ""] + [f"![{name}]({path})" for name, path in figures.items()]
@@ -362,6 +374,10 @@ def to_json(c: Comparison, context: dict[str, str], sources: list[str], figures:
         },
         "metric": {"key": c.metric.key, "held_out": c.metric.held_out, "how_chosen": c.metric.how_chosen},
         "warnings": [{"kind": w.kind, "message": w.message} for w in c.warnings],
+        "hacking": [
+            {"group": h.label, "train": _est(h.train), "held_out": {k: _est(e) for k, e in h.held_out.items()}}
+            for h in c.hacking
+        ],
         "context": context,
         "sources": sources,
         "figures": figures,
