@@ -34,6 +34,8 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
         extra.append(f"data.path={prompts}")
+        if cfg.data.set is not None and cfg.eval.every:  # its test split (evaluated by default): a local file too
+            extra.append(f"eval.prompts={prompts}")
     if cfg.data.set == "drawbench":
         extra.append("data.split=test")  # DrawBench is a test set only
     if group == "cluster" and cfg.cluster.get("tasks_per_node") is not None:  # whole prompt groups per rank (slurm: 8)
