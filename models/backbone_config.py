@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, ClassVar
 
 from omegaconf import MISSING
 
@@ -20,6 +20,10 @@ class Finetune(StrEnum):
 
 @dataclass
 class ModelConfig:
+    #: modules the family's code imports lazily (its diffusers pipeline: the transformer, VAE and text encoders'
+    #: classes), which a local sweep's fork server imports once for every point (launcher/cluster/point_process.py)
+    preload_modules: ClassVar[tuple[str, ...]] = ()
+
     _target_: str = MISSING
     name: str = MISSING
     finetune: Finetune = Finetune.lora

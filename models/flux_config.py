@@ -5,13 +5,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from models.common_config import DiffusersModelConfig
 
 
 @dataclass
 class FluxModelConfig(DiffusersModelConfig):
+    preload_modules: ClassVar[tuple[str, ...]] = ("diffusers.pipelines.flux.pipeline_flux",)
     _target_: str = "models.flux.FluxBackbone"
     name: str = "flux"
     path: Optional[str] = "black-forest-labs/FLUX.1-dev"

@@ -7,7 +7,7 @@ multiplies by 1000 itself)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 from models.common_config import DiffusersModelConfig
 from rewardflow.errors import ConfigErrors
@@ -17,6 +17,7 @@ MAX_TEXT_TOKENS = 1024  # QwenImagePipeline's limit on max_sequence_length
 
 @dataclass
 class QwenImageModelConfig(DiffusersModelConfig):
+    preload_modules: ClassVar[tuple[str, ...]] = ("diffusers.pipelines.qwenimage.pipeline_qwenimage",)
     _target_: str = "models.qwenimage.QwenImageBackbone"
     name: str = "qwenimage"
     path: Optional[str] = "Qwen/Qwen-Image"

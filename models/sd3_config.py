@@ -5,13 +5,14 @@ in training (40 at evaluation), static shift 3.0 from the scheduler config. Time
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import ClassVar, Optional
 
 from models.common_config import DiffusersModelConfig
 
 
 @dataclass
 class SD3ModelConfig(DiffusersModelConfig):
+    preload_modules: ClassVar[tuple[str, ...]] = ("diffusers.pipelines.stable_diffusion_3.pipeline_stable_diffusion_3",)
     _target_: str = "models.sd3.SD3Backbone"
     name: str = "sd35m"
     path: Optional[str] = "stabilityai/stable-diffusion-3.5-medium"

@@ -16,6 +16,7 @@ from rewardflow.errors import ConfigErrors
 
 @dataclass
 class WanModelConfig(DiffusersModelConfig):
+    preload_modules: ClassVar[tuple[str, ...]] = ("diffusers.pipelines.wan.pipeline_wan",)
     #: model.num_frames must be ``vae_temporal_factor k + 1`` (the published VAE and the tiny twin's: 4)
     vae_temporal_factor: ClassVar[int] = 4
 

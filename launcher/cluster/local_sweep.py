@@ -38,10 +38,10 @@ from typing import IO, Any, Sequence
 from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from launcher.cluster import local_jobs as jobs
-from launcher.cluster.point_process import PointProcess
+from launcher.cluster.point_process import PointProcess, preload_families
 from launcher.cluster.point_progress import duration, read_progress, sweep_remaining_s
 
 log = logging.getLogger("rewardflow")
@@ -92,6 +92,7 @@ class LocalSweepLauncher(Launcher):
         parallel = int(self.config.cluster.get("parallel", 1))
         self.concurrency = max(1, min(parallel, len(job_overrides)))
         points = [self._point(initial_job_idx + i, list(o)) for i, o in enumerate(job_overrides)]
+        preload_families([m for p in points for m in family_modules(p.config)])
         known = jobs.read_jobs(self.sweep_dir)["points"] if (self.sweep_dir / jobs.JOBS_FILE).exists() else []
         nums = {p.num for p in points}
         self.record = {
@@ -257,3 +258,11 @@ def _relay(fifo: Path, sink: IO[str], p: Point) -> None:
             sink.flush()
             if line.strip():
                 p.last_message[:] = (p.last_message + [line.strip()])[-20:]
+
+
+def family_modules(config: DictConfig) -> tuple[str, ...]:
+    """The modules a point's model family imports lazily (its config class's ``preload_modules``), from the point's
+    composed config without importing torch."""
+    model = config.get("model")
+    kind = OmegaConf.get_type(model) if isinstance(model, DictConfig) else None
+    return tuple(getattr(kind, "preload_modules", ()))

@@ -26,15 +26,29 @@ from typing import Any
 #: imported once by the fork server, so that a point starts in a fraction of a second: the libraries and the modules
 #: every point's training imports (named, not imported here: this room uses none of them; importing starts no
 #: thread and touches no device)
-PRELOAD = ["torch", "transformers", "diffusers", "launcher.cli", "launcher.train.trainer"]
+PRELOAD = [
+    "torch",
+    "transformers",
+    "diffusers",
+    "launcher.cli",
+    "launcher.train.trainer",
+    "launcher.cluster.point_preload",
+]
 _context: Any = None
+_family_modules: list[str] = []
+
+
+def preload_families(modules: list[str]) -> None:
+    """Have the fork server also import ``modules`` (the sweep's model families' ``preload_modules``): called by the
+    launcher before its first point starts the server."""
+    _family_modules[:] = [m for m in dict.fromkeys(modules) if m not in PRELOAD]
 
 
 def _fork_server() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
+        _context.set_forkserver_preload(PRELOAD + _family_modules)
     return _context
 
 
