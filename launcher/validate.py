@@ -315,6 +315,16 @@ def check_ranks(cfg: Any, errors: ConfigErrors) -> None:
         f"must be divisible by the {ranks} ranks of cluster={c.name} ({on}; each rank samples whole prompt "
         f"groups), got {prompts}. Fix: {fix}",
     )
+    updates, group = getattr(cfg.method, "updates_per_rollout", 1), getattr(cfg.method, "group_size", 1)
+    if prompts % ranks == 0 and isinstance(updates, int) and isinstance(group, int) and updates >= 1 and ranks > 1:
+        mine = prompts // ranks * group  # each rank splits its own samples into the updates (Method.update_plan)
+        errors.require(
+            mine % updates == 0,
+            "method.updates_per_rollout",
+            f"must divide each rank's {mine} samples ({prompts} prompts x {group} samples over the {ranks} ranks of "
+            f"cluster={c.name}); got {updates}. Fix: method.updates_per_rollout="
+            f"{max(d for d in range(1, mine + 1) if mine % d == 0 and d <= updates)}, or more prompts per step",
+        )
 
 
 def check_across_groups(cfg: Any, classes: dict[str, type[Any]], errors: ConfigErrors) -> None:
