@@ -11,6 +11,8 @@ loaded back through the production path by pointing ``reward.path`` at it:
   the released repos ship them (``preprocessor_config.json`` with int sizes + tokenizer files);
 * ``clip/``: a ``CLIPModel`` and its processor in one folder, in transformers 5's ``save_pretrained`` layout;
   the aesthetic and diversity twins read their image embeddings from it;
+* ``imagereward/``: ImageReward.pt + med_config.json + ``tokenizer/`` in the release's format
+  (rewards/tiny_imagereward.py);
 * ``aesthetic/``: the LAION aesthetic head on its 32-dim embedding, ``sac+logos+ava1-l14-linearMSE.pth`` as the
   release (a ``torch.save``'d state dict, keys ``layers.{0,2,4,6,7}.*``);
 
@@ -46,7 +48,7 @@ HF_TEXT = dict(
     pad_token_id=1,
 )
 HF_PROJECTION = 32
-VERSION = 3
+VERSION = 4
 
 
 def build_tiny_hps(folder: Path, seed: int = 0) -> None:
@@ -126,6 +128,7 @@ AESTHETIC_HEAD = "sac+logos+ava1-l14-linearMSE.pth"
 def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
     """Write the three twins once under ``cache_dir`` (atomically, like the model twins) and return the folder."""
     from models.twins import materialize_folder, recipe_key
+    from rewards.tiny_imagereward import MED_CONFIG, VISION, build_tiny_imagereward
 
     def write(folder: Path) -> None:
         build_tiny_hps(folder / "hps", seed)
@@ -134,9 +137,10 @@ def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0)
         )
         build_tiny_hf_clip(folder / "clip", folder / "clip", seed + 2)
         build_tiny_aesthetic_head(folder / "aesthetic", HF_PROJECTION, seed + 3)
+        build_tiny_imagereward(folder / "imagereward", seed + 4)
         (folder / "done").write_text("")
 
-    key = recipe_key(VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT)
+    key = recipe_key(VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT, VISION, MED_CONFIG)
     return materialize_folder("tiny_rewards", key, write, cache_dir, marker="done")
 
 
@@ -151,6 +155,8 @@ def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[
         ]
     if reward in ("clip", "diversity"):
         return [f"{key}.path={root / 'clip'}"]
+    if reward == "imagereward":
+        return [f"{key}.path={root / 'imagereward'}", f"{key}.tokenizer_path={root / 'imagereward' / 'tokenizer'}"]
     if reward == "aesthetic":
         return [f"{key}.path={root / 'clip'}", f"{key}.head_path={root / 'aesthetic'}"]
     if reward == "multi":
@@ -164,5 +170,5 @@ if __name__ == "__main__":
     import sys
 
     root = materialize_tiny_rewards(sys.argv[1] if len(sys.argv) > 1 else None)
-    for name in ("hps", "pickscore", "clip", "aesthetic", "multi"):
+    for name in ("hps", "pickscore", "clip", "aesthetic", "imagereward", "multi"):
         print(f"reward={name}", " ".join(tiny_reward_overrides(root, name)))
