@@ -152,7 +152,9 @@ class ImageRewardModel(nn.Module):
 def load_model(state: dict[str, torch.Tensor], med: dict, key: str = "reward.path") -> ImageRewardModel:
     """:class:`ImageRewardModel` holding the tensors of an ImageReward.pt state dict (see the module docstring).
     Built on the meta device and filled with the checkpoint's tensors, so no time goes into a random init."""
-    missing = [k for k in (VISION + "cls_token", VISION + "pos_embed", VISION + "patch_embed.proj.weight") if k not in state]
+    missing = [
+        k for k in (VISION + "cls_token", VISION + "pos_embed", VISION + "patch_embed.proj.weight") if k not in state
+    ]
     if missing:
         raise ConfigError(
             f"{key}: the checkpoint holds no ImageReward model: it lacks {', '.join(missing)} (it has "
@@ -177,7 +179,9 @@ def load_model(state: dict[str, torch.Tensor], med: dict, key: str = "reward.pat
     try:
         model.load_state_dict({new: state[old].float() for old, new in pairs}, strict=True, assign=True)
     except RuntimeError as e:  # a shape that does not fit med_config.json
-        raise ConfigError(f"{key}: the checkpoint does not fit its {MED_CONFIG} ({str(e).splitlines()[-1].strip()})")
+        raise ConfigError(
+            f"{key}: the checkpoint does not fit its {MED_CONFIG} ({str(e).splitlines()[-1].strip()})"
+        ) from None
     emb = model.text.embeddings  # the one buffer no checkpoint holds (non-persistent)
     emb.position_ids = torch.arange(tcfg.max_position_embeddings).expand((1, -1))
     return model.requires_grad_(False).eval()

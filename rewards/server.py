@@ -25,7 +25,6 @@ import io
 import json
 import logging
 import pickle
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -97,7 +96,9 @@ class ServerReward(Reward[ServerRewardConfig]):
         if self.protocol == Protocol.json:
             payload = {"prompt": prompts, "image": [base64.b64encode(encode(im, "PNG")).decode() for im in images]}
             return json.dumps(payload).encode(), "application/json"
-        return pickle.dumps({"images": [encode(im, "JPEG") for im in images], "prompts": prompts}), "application/octet-stream"
+        return pickle.dumps(
+            {"images": [encode(im, "JPEG") for im in images], "prompts": prompts}
+        ), "application/octet-stream"
 
     def parse(self, raw: bytes, n: int) -> list[float]:
         try:
@@ -131,10 +132,10 @@ class ServerReward(Reward[ServerRewardConfig]):
             detail = e.read()[:200].decode(errors="replace").strip()
             retry = e.code >= 500 or e.code in RETRY_STATUSES
             raise ServerFailure(f"HTTP {e.code} {e.reason}{': ' + detail if detail else ''}", retry) from None
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:  # socket.timeout is TimeoutError
             raise ServerFailure(f"timed out after {self.timeout_s:g} s (reward.timeout_s)", retry=True) from None
         except urllib.error.URLError as e:
-            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+            if isinstance(e.reason, TimeoutError):
                 raise ServerFailure(f"timed out after {self.timeout_s:g} s (reward.timeout_s)", retry=True) from None
             raise ServerFailure(f"cannot be reached ({e.reason})", retry=True) from None
         except (ConnectionError, OSError) as e:  # reset or closed mid-answer

@@ -13,7 +13,6 @@ from launcher import components
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_twins import AESTHETIC_HEAD, tiny_reward_overrides
-from test_preference_rewards import empty_hf_cache  # noqa: F401 - the fixture
 from test_reward_preprocess import smooth_image, to_pil
 
 RELEASE_KEYS = [f"layers.{i}.{p}" for i in (0, 2, 4, 6, 7) for p in ("weight", "bias")]
@@ -100,8 +99,11 @@ def test_a_wrong_head_is_a_clear_error(tiny_rewards, tmp_path, case):
     else:
         sizes = [768, 1024, 128, 64, 16, 1]
         torch.save(
-            {f"layers.{i}.{p}": torch.zeros(b, a) if p == "weight" else torch.zeros(b)
-             for i, (a, b) in zip((0, 2, 4, 6, 7), zip(sizes, sizes[1:])) for p in ("weight", "bias")},
+            {
+                f"layers.{i}.{p}": torch.zeros(b, a) if p == "weight" else torch.zeros(b)
+                for i, (a, b) in zip((0, 2, 4, 6, 7), zip(sizes, sizes[1:]))
+                for p in ("weight", "bias")
+            },
             head,
         )
         match = "reads 768-dim embeddings, but reward.path=.* gives 32-dim"

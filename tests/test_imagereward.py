@@ -18,7 +18,6 @@ from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_imagereward import write_tokenizer
 from rewards.tiny_twins import tiny_reward_overrides
-from test_preference_rewards import empty_hf_cache  # noqa: F401 - the fixture
 
 REFERENCE = Path(__file__).with_name("reference") / "imagereward_values.json"
 sys.path.insert(0, str(REFERENCE.parent))
@@ -71,7 +70,9 @@ def test_scores_match_the_authors_imagereward_score(authors_weights):
     assert ours[2] == pytest.approx(ref[2], abs=5e-3)
     assert max(ref) - min(ref) > 0.1  # the tolerances are far below what tells the images apart
     # the .pt file itself as reward.path (its med_config.json beside it) loads the same
-    by_file = build(f"reward.path={authors_weights / 'ImageReward.pt'}", f"reward.tokenizer_path={authors_weights / 'tokenizer'}")
+    by_file = build(
+        f"reward.path={authors_weights / 'ImageReward.pt'}", f"reward.tokenizer_path={authors_weights / 'tokenizer'}"
+    )
     with torch.no_grad():
         assert float(by_file(images[0], PROMPTS[:1])[0]) == ours[0]
 
@@ -89,7 +90,7 @@ def test_batched_scores_and_the_gradient(tiny_rewards):
     assert torch.isfinite(images.grad).all() and images.grad.abs().sum() > 0
 
 
-def test_missing_weights_fail_validation_offline_naming_key_file_and_fix(empty_hf_cache):  # noqa: F811
+def test_missing_weights_fail_validation_offline_naming_key_file_and_fix(empty_hf_cache):
     with pytest.raises(ConfigError) as err:
         validate(compose(["reward=imagereward"]))
     msg = str(err.value)

@@ -131,7 +131,9 @@ def test_a_flaky_server_is_retried_with_backoff(server):
 )
 def test_a_failing_server_gives_nan_and_one_clear_warning(server, caplog, mode, says, requests):
     server.mode, server.delay = mode, 1.0
-    reward = build(server.url, "reward.timeout_s=0.2", "reward.retries=1", "reward.backoff_s=0.01", "reward.batch_size=3")
+    reward = build(
+        server.url, "reward.timeout_s=0.2", "reward.retries=1", "reward.backoff_s=0.01", "reward.batch_size=3"
+    )
     with caplog.at_level(logging.WARNING, logger="rewards.server"):
         scores = reward(images(6), list("abcdef"))  # two batches: the second is not sent after the first failed
     assert torch.isnan(scores).all()

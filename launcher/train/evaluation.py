@@ -272,7 +272,7 @@ class Evaluator:
         for name in self.rewards:
             by_item = dict(pair for part, _ in gathered for pair in part[name])
             scores[name] = torch.tensor([by_item[i] for i in range(len(all_items))], dtype=torch.float64)
-            if self.rewards[name].per_prompt:  # per-sample features -> one score per prompt (diversity)
+            if getattr(self.rewards[name], "per_prompt", False):  # per-sample features -> one per prompt (diversity)
                 scores[name] = self.rewards[name].prompt_scores(scores[name], [p for p, _ in all_items])
         return scores, sorted((pair for _, part in gathered for pair in part), key=lambda t: t[0])
 

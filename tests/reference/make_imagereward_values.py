@@ -78,15 +78,26 @@ def import_authors(git_dir: str, root: Path):
     for f in FILES:
         dest = root / f
         dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_bytes(subprocess.run(["git", "--git-dir", git_dir, "show", f"{COMMIT}:{f}"], check=True,
-                                        capture_output=True).stdout)
-    for name, folder in (("ImageReward", "ImageReward"), ("ImageReward.models", "ImageReward/models"),
-                         ("ImageReward.models.BLIP", "ImageReward/models/BLIP")):
+        dest.write_bytes(
+            subprocess.run(
+                ["git", "--git-dir", git_dir, "show", f"{COMMIT}:{f}"], check=True, capture_output=True
+            ).stdout
+        )
+    for name, folder in (
+        ("ImageReward", "ImageReward"),
+        ("ImageReward.models", "ImageReward/models"),
+        ("ImageReward.models.BLIP", "ImageReward/models/BLIP"),
+    ):
         pkg = types.ModuleType(name)
         pkg.__path__ = [str(root / folder)]
         sys.modules[name] = pkg
     # stubs for what this environment lacks (see the module docstring)
-    for name in ("fairscale", "fairscale.nn", "fairscale.nn.checkpoint", "fairscale.nn.checkpoint.checkpoint_activations"):
+    for name in (
+        "fairscale",
+        "fairscale.nn",
+        "fairscale.nn.checkpoint",
+        "fairscale.nn.checkpoint.checkpoint_activations",
+    ):
         sys.modules[name] = types.ModuleType(name)
     sys.modules["fairscale.nn.checkpoint.checkpoint_activations"].checkpoint_wrapper = lambda module: module
     import transformers.modeling_utils as mu
@@ -103,7 +114,9 @@ def import_authors(git_dir: str, root: Path):
     med.BertPreTrainedModel.init_weights = lambda self: None
     # two helpers of transformers 4's ModuleUtilsMixin that transformers 5 removed, as 4.x defined them
     if not hasattr(med.BertPreTrainedModel, "get_head_mask"):
-        med.BertPreTrainedModel.get_head_mask = lambda self, head_mask, n, *a: [None] * n if head_mask is None else head_mask
+        med.BertPreTrainedModel.get_head_mask = lambda self, head_mask, n, *a: (
+            [None] * n if head_mask is None else head_mask
+        )
 
     def invert_attention_mask(self, mask):
         ext = mask[:, None, :, :] if mask.dim() == 3 else mask[:, None, None, :]
@@ -143,8 +156,14 @@ def main(git_dir: str) -> None:
         vit = sys.modules["ImageReward.models.BLIP.vit"]
         width = VISION["width"]
         pretrain.create_vit = lambda *args, **kwargs: (
-            vit.VisionTransformer(img_size=VISION["image_size"], patch_size=VISION["patch"], embed_dim=width,
-                                  depth=VISION["depth"], num_heads=width // 64, mlp_ratio=VISION["mlp"] / width),
+            vit.VisionTransformer(
+                img_size=VISION["image_size"],
+                patch_size=VISION["patch"],
+                embed_dim=width,
+                depth=VISION["depth"],
+                num_heads=width // 64,
+                mlp_ratio=VISION["mlp"] / width,
+            ),
             width,
         )
         med = med_config()
