@@ -187,17 +187,18 @@ def test_a_step_whose_server_fails_is_skipped_and_the_run_goes_on(server, tmp_pa
     on; trainer.max_nonfinite_in_a_row such steps in a row would stop the run with its message."""
     cfg = compose(["experiment=smoke", "logger=none", "reward=server", f"reward.url={server.url}", "reward.retries=0"])
     trainer = Trainer(cfg, RunInfo(run_dir=tmp_path))
-    trainer.train_step(0)
     before = [p.detach().clone() for p in trainer.params]
     server.mode = "500"
     with caplog.at_level(logging.WARNING):
-        trainer.train_step(1)
+        trainer.train_step(0)
     assert all(torch.equal(p, q) for p, q in zip(trainer.params, before))  # no update from a step without scores
+    assert trainer.nonfinite_in_a_row == 1
     server.mode = "ok"
-    trainer.train_step(2)
+    trainer.train_step(1)
+    assert not all(torch.equal(p, q) for p, q in zip(trainer.params, before))  # the next step trains
     rows = trainer.logger.history
-    assert [r["step"] for r in rows] == [0, 1, 2]
-    assert [r["health/skipped_updates"] for r in rows] == [0, 1, 0]
-    assert [r["reward/server_failed"] for r in rows] == [0, 4, 0]  # smoke: 2 prompts x 2 samples
+    assert [r["step"] for r in rows] == [0, 1]
+    assert [r["health/skipped_updates"] for r in rows] == [1, 0]
+    assert [r["reward/server_failed"] for r in rows] == [4, 0]  # smoke: 2 prompts x 2 samples
     assert "HTTP 500" in caplog.text and "non-finite reward (4 of 4 samples); update skipped" in caplog.text
     assert trainer.nonfinite_in_a_row == 0
