@@ -19,7 +19,7 @@ from methods.schedule import make_sigmas, quantize_model_time
 from methods.sde import FlowSDEScheduler
 from methods.trajectory import Trajectory, transition_states
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
-from models.backbone import Backbone, host_randn
+from models.backbone import Backbone, PromptEmbeds, host_randn
 
 #: the config class of a GRPO method (the baselines, Flash-GRPO, JAGG)
 GRPOConfigT = TypeVar("GRPOConfigT", bound=GRPOConfig)
@@ -74,6 +74,20 @@ class GRPO(Method[GRPOConfigT]):
         """(B, T) long: the transitions each sample trains."""
         raise NotImplementedError
 
+    def sde_steps_taken(self, stochastic: torch.Tensor) -> int:
+        """How many steps of the N-step grid the SDE sampler takes (``stochastic`` (B, N): the rollout's mask).
+        Default: all N. A method that finishes the rollout with a solver of its own after them (MixGRPO-Flash)
+        returns fewer and implements :meth:`finish_rollout`; their states are not kept, so no step after them can be
+        trained."""
+        return self.sde.num_steps
+
+    def finish_rollout(
+        self, x: torch.Tensor, x0: torch.Tensor, embeds: PromptEmbeds, taken: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rest of the rollout from ``x`` after ``taken`` SDE-sampler steps (``x0``: the data prediction of the
+        last of them): ``(final latents, the last step's data prediction)``."""
+        raise NotImplementedError
+
     def model_time(self, sigma: torch.Tensor) -> torch.Tensor:
         return quantize_model_time(sigma) if self.cfg.quantize_timestep else sigma
 
@@ -108,9 +122,10 @@ class GRPO(Method[GRPOConfigT]):
         )
         log_probs = torch.full((b, n), float("nan"), dtype=torch.float32, device=x.device)
         traj.record(0, x)
-        final = None
+        x0 = None
         stochastic_on_device = stochastic.to(x.device)  # once, not per step (docs/performance.md)
-        for i in range(n):
+        taken = self.sde_steps_taken(stochastic)
+        for i in range(taken):
             index = torch.full((b,), i, dtype=torch.long, device=x.device)
             noise = host_randn(tuple(x.shape), generator, x.device)
             x, log_probs[:, i], x0 = chunked_sde_step(
@@ -123,11 +138,13 @@ class GRPO(Method[GRPOConfigT]):
                 stochastic_on_device[:, i],
                 noise,
                 self.rollout_rows,
-                want_x0=i == n - 1 and self.cfg.decode == Decode.pred_x0,
+                want_x0=i == taken - 1 and (taken < n or self.cfg.decode == Decode.pred_x0),
                 pad=bool(self.cfg.match_update_shapes),
             )
-            final = x0 if x0 is not None else final
             traj.record(i + 1, x)
+        if taken < n:
+            assert x0 is not None
+            x, x0 = self.finish_rollout(x, x0, embeds, taken)
         if steps is None:
             steps = self.select_train_steps(stochastic, generator)
         return Rollout(
@@ -138,7 +155,7 @@ class GRPO(Method[GRPOConfigT]):
             latents=traj,
             log_probs=log_probs,
             train_steps=steps.to(x.device),
-            decode_latents=x if final is None else final,
+            decode_latents=x0 if self.cfg.decode == Decode.pred_x0 else x,
             extras={"stochastic": stochastic},
         )
 

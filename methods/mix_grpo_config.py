@@ -2,18 +2,36 @@
 
 Source of every default: Tencent-Hunyuan/MixGRPO @e5cdd6a427778d8c8b2e7a48ce16972141adbe7c,
 scripts/finetune/finetune_flux_grpo_MixGRPO.sh (the values it passes) and fastvideo/train_grpo_flux.py (argparse
-defaults and the training loop); the window: fastvideo/utils/grpo_states.py. docs/methods/mix_grpo.md.
+defaults and the training loop); the window: fastvideo/utils/grpo_states.py; MixGRPO-Flash's rollout after the window
+(``ode_solver``, ``post_window_compress``): scripts/finetune/finetune_flux_grpo_MixGRPO_Flash.sh and
+fastvideo/utils/sampling_utils.py (``run_sample_step``, ``dpm_step``). docs/methods/mix_grpo.md.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Optional
 
 from methods.base_config import RecipeLR
 from methods.grpo_config import Advantage, Decode, GRPOConfig, NoiseKernel
 from methods.mix_grpo_window import STRATEGIES, window_stop
+from methods.schedule_config import Schedule
 from rewardflow.errors import ConfigErrors
+
+
+class OdeSolver(StrEnum):
+    """The solver of the ODE steps after the window (docs/methods/mix_grpo.md#mixgrpo-flash)."""
+
+    euler = "euler"  # MixGRPO: every ODE step is Euler's on the N-step grid (dpm_algorithm_type "null")
+    dpm_solver_pp2 = "dpm_solver_pp2"  # MixGRPO-Flash: DPM-Solver++ (2M) after the window, on a compressed grid
+
+
+class DpmSolverType(StrEnum):
+    """The second-order DPM-Solver++ update (``--dpm_solver_type``; arXiv:2211.01095)."""
+
+    midpoint = "midpoint"  # the Flash scripts' value
+    heun = "heun"  # the reference's argparse default
 
 
 @dataclass
@@ -47,6 +65,12 @@ class MixGRPOConfig(GRPOConfig):
     window_decay_min: int = 1  # --min_iters_per_group 1 (strategy decay only)
     window_exp_threshold: int = 13  # exp_decay_thre_timestep (strategy exp_decay only)
     window_exp_k: float = 0.1  # exp_decay_k (strategy exp_decay only)
+    # -- MixGRPO-Flash (method=mix_grpo_flash): the ODE after the window (sampling_utils.py run_sample_step) --------
+    ode_solver: OdeSolver = OdeSolver.euler  # --dpm_algorithm_type null (Flash: dpmsolver++, order 2, "post")
+    dpm_solver_type: DpmSolverType = DpmSolverType.midpoint  # --dpm_solver_type midpoint (_Flash.sh)
+    # --dpm_post_compress_ratio 0.4 (argparse default and _Flash.sh; _Flash*.sh: 0.2): after the window's last step e,
+    # its N - e - 1 steps become max(int(ratio (N - e)), 2) - 1 (dpm_solver_pp2 only; methods/mix_grpo_window.py)
+    post_window_compress: float = 0.4
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
@@ -74,12 +98,29 @@ class MixGRPOConfig(GRPOConfig):
         errors.require(
             m.window_shift_every >= 1, "method.window_shift_every", f"must be >= 1 (got {m.window_shift_every})"
         )
-        errors.require(m.window_stride >= 1, "method.window_stride", f"must be >= 1 (got {m.window_stride})")
+        errors.require(
+            m.window_stride >= 0,
+            "method.window_stride",
+            f"must be >= 0 (got {m.window_stride}); 0 freezes the window at step 0 (_Flash*.sh's prog_overlap_step 0)",
+        )
         errors.require(
             m.window_strategy != "decay" or 1 <= m.window_decay_min <= m.window_decay_max,
             "method.window_decay_min",
             f"needs 1 <= window_decay_min <= window_decay_max (got {m.window_decay_min}, {m.window_decay_max})",
         )
+
+        if m.ode_solver == OdeSolver.dpm_solver_pp2:
+            errors.require(
+                0 < float(m.post_window_compress) <= 1,
+                "method.post_window_compress",
+                f"must be in (0, 1] (got {m.post_window_compress}): the share of the post-window steps kept",
+            )
+            errors.require(
+                m.schedule == Schedule.linear_shift,
+                "method.schedule",
+                f"= {m.schedule} cannot be compressed after the window: MixGRPO-Flash's compressed grid is the shifted "
+                "linear one (docs/methods/mix_grpo.md#mixgrpo-flash). Fix: method.schedule=linear_shift",
+            )
 
 
 SCHEMAS = {"method": {"mix_grpo": MixGRPOConfig}}

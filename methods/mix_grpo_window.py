@@ -4,6 +4,9 @@ A port of ``GRPOTrainingStates`` (Tencent-Hunyuan/MixGRPO @e5cdd6a, fastvideo/ut
 ``[start, min(start + size, stop))`` is what iteration ``k`` trains, read before the state machine advances, as
 fastvideo/train_grpo_flux.py does (``get_current_timesteps()`` then ``update_iteration()``). The window is a pure
 function of the iteration here, replayed from 0, so a resumed run needs only the iteration (docs/methods/mix_grpo.md).
+
+MixGRPO-Flash's step count after the window is here too (:func:`rollout_steps`): ``passes_per_sample`` reads it
+without torch.
 """
 
 from __future__ import annotations
@@ -56,3 +59,19 @@ def window_steps(m: Any, iteration: int) -> list[int]:
     """The steps SDE-sampled and trained at ``iteration``: ``range(start, min(start + size, stop))``."""
     start = window_start(m, iteration)
     return list(range(start, min(start + int(m.window_size), window_stop(m))))
+
+
+def post_window_points(m: Any, last: int) -> int:
+    """How many sigmas MixGRPO-Flash's compressed grid has from ``sigma_{last + 1}`` to 0 (the last SDE step is
+    ``last``): the reference's ``int(max((N - last) x post_window_compress, 1))`` (sampling_utils.py
+    ``run_sample_step``), but at least 2 so that the grid ends at 0 (docs/methods/mix_grpo.md#open-choices)."""
+    return max(int(max((int(m.sampling_steps) - last) * float(m.post_window_compress), 1)), 2)
+
+
+def rollout_steps(m: Any, iteration: int) -> int:
+    """Transformer evaluations per sample of iteration ``iteration``'s rollout: N with Euler after the window;
+    with ``ode_solver=dpm_solver_pp2`` the steps up to the window's last one, then the compressed grid's."""
+    if str(m.ode_solver) == "euler":
+        return int(m.sampling_steps)
+    last = window_steps(m, iteration)[-1]
+    return last + post_window_points(m, last)

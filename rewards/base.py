@@ -31,6 +31,9 @@ class Reward(nn.Module, Generic[RewardConfigT]):
 
     #: whether ``score`` is differentiable with respect to the images (class attribute, read before building)
     differentiable: bool = False
+    #: a metric of a prompt's samples together (diversity), scored only by the held-out evaluation: its
+    #: :meth:`evaluate` gives per-sample values that :meth:`prompt_scores` reduces to one per prompt
+    per_prompt: bool = False
 
     cfg: RewardConfigT
 
@@ -66,6 +69,11 @@ class Reward(nn.Module, Generic[RewardConfigT]):
         state that training reads (running statistics, :meth:`step_metrics`). The default is :meth:`forward`;
         rewards that keep such state override it."""
         return self(images, prompts)
+
+    def prompt_scores(self, values: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+        """For a ``per_prompt`` metric: one score per distinct prompt (in order of first appearance) from the
+        :meth:`evaluate` values of all its samples (gathered from every rank), ``prompts[k]`` being sample k's."""
+        raise NotImplementedError
 
     def forward(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         return self.per_image(self.score, images, prompts)

@@ -23,15 +23,8 @@ from __future__ import annotations
 import torch
 
 from rewards.clip_base import CLIPStyleReward
+from rewards.clip_image import ImageGeometry
 from rewards.hf_clip_config import CLIPScoreRewardConfig, PickScoreRewardConfig
-from rewards.preprocess import normalize, resize, resize_shortest_and_center_crop
-
-BICUBIC = 3  # PIL.Image.Resampling.BICUBIC, the value processors store
-
-
-def _setting(d, key: str):
-    """A key of a processor size dict (a plain dict or transformers' ``SizeDict``), or None."""
-    return d.get(key) if isinstance(d, dict) else getattr(d, key, None)
 
 
 def _features(out) -> torch.Tensor:
@@ -55,38 +48,15 @@ class HFCLIPReward(CLIPStyleReward[PickScoreRewardConfig | CLIPScoreRewardConfig
         # the processor's two halves by their concrete classes: AutoProcessor/AutoTokenizer resolve the class from
         # config.json, which a processor-only folder lacks and which offline hub loading then cannot find
         self.tokenizer = CLIPTokenizer.from_pretrained(processor_path or path)
-        self._read_image_settings(CLIPImageProcessor.from_pretrained(processor_path or path))
+        # resize/crop/normalisation from the processor config, so a checkpoint's own settings are honoured
+        self.geometry = ImageGeometry.from_processor(CLIPImageProcessor.from_pretrained(processor_path or path))
         self.max_text_tokens = int(self.model.config.text_config.max_position_embeddings)
         # read once in fp32: in bf16 the stored log-scale 4.6052 rounds to 4.5938, i.e. 98.9 instead of 100
         self.logit_scale = float(self.model.logit_scale.detach().float().exp())
         self._freeze()
 
-    def _read_image_settings(self, ip) -> None:
-        """Take resize/crop/normalisation from the processor config, so a checkpoint's own settings are honoured.
-        Two geometries exist among CLIP processors: shortest side + centre crop (all three rewards) and a plain
-        resize to height x width."""
-        if getattr(ip, "resample", BICUBIC) != BICUBIC:
-            raise ValueError(f"processor resample={ip.resample}: only bicubic (3) is implemented as tensor ops")
-        if not (ip.do_resize and ip.do_rescale and abs(ip.rescale_factor - 1 / 255) < 1e-9 and ip.do_normalize):
-            raise ValueError("the processor must resize, rescale by 1/255 and normalise (CLIP processors do)")
-        self.shortest_edge = _setting(ip.size, "shortest_edge")
-        self.resize_to = None if self.shortest_edge else (_setting(ip.size, "height"), _setting(ip.size, "width"))
-        crop = (_setting(ip.crop_size, "height"), _setting(ip.crop_size, "width")) if ip.do_center_crop else None
-        if self.shortest_edge and crop is None:
-            raise ValueError("a shortest-edge resize without a centre crop gives non-square inputs; not supported")
-        if self.resize_to and crop not in (None, self.resize_to):
-            raise ValueError(f"resize to {self.resize_to} followed by a {crop} crop is not supported")
-        self.crop = crop
-        self.mean, self.std = tuple(ip.image_mean), tuple(ip.image_std)
-
     def preprocess(self, images: torch.Tensor) -> torch.Tensor:
-        if self.shortest_edge:
-            assert self.crop is not None  # _read_image_settings refuses a shortest-edge resize without a crop
-            images = resize_shortest_and_center_crop(images, int(self.shortest_edge), self.crop)
-        else:
-            assert self.resize_to is not None  # set whenever there is no shortest edge
-            images = resize(images, self.resize_to)
-        return normalize(images, self.mean, self.std)
+        return self.geometry(images)
 
     def encode_images(self, pixels: torch.Tensor) -> torch.Tensor:
         return _features(self.model.get_image_features(pixel_values=pixels))

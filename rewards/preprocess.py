@@ -42,9 +42,13 @@ def resize_longest_and_pad(images: torch.Tensor, size: int, fill: float = 0.0) -
     return out
 
 
-def resize_shortest_and_center_crop(images: torch.Tensor, size: int, crop: tuple[int, int]) -> torch.Tensor:
+def resize_shortest_and_center_crop(
+    images: torch.Tensor, size: int, crop: tuple[int, int], round_offset: bool = False
+) -> torch.Tensor:
     """The Hugging Face CLIP image processor's geometry: shortest side to ``size`` (the long side truncated as
-    ``int(size * long / short)``), then a centre crop of ``crop`` = (height, width) with the offset floored."""
+    ``int(size * long / short)``), then a centre crop of ``crop`` = (height, width) with the offset floored;
+    ``round_offset``: rounded as torchvision's ``CenterCrop`` does (``int(round(d / 2))``, the OpenAI CLIP and
+    ImageReward transforms), which differs by one pixel when the margin is odd."""
     h, w = images.shape[-2:]
     if h <= w:
         new_h, new_w = size, int(size * w / h)
@@ -54,7 +58,10 @@ def resize_shortest_and_center_crop(images: torch.Tensor, size: int, crop: tuple
     ch, cw = crop
     if ch > new_h or cw > new_w:
         raise ValueError(f"centre crop {crop} is larger than the resized image {(new_h, new_w)}")
-    top, left = (new_h - ch) // 2, (new_w - cw) // 2
+    if round_offset:
+        top, left = int(round((new_h - ch) / 2.0)), int(round((new_w - cw) / 2.0))
+    else:
+        top, left = (new_h - ch) // 2, (new_w - cw) // 2
     return out[..., top : top + ch, left : left + cw]
 
 

@@ -9,7 +9,12 @@ loaded back through the production path by pointing ``reward.path`` at it:
 * ``pickscore/model`` + ``pickscore/processor``: a ``CLIPModel`` (``save_pretrained``: config.json +
   model.safetensors) and, in a separate folder as with PickScore_v1 and its LAION processor, the processor files as
   the released repos ship them (``preprocessor_config.json`` with int sizes + tokenizer files);
-* ``clip/``: a ``CLIPModel`` and its processor in one folder, in transformers 5's ``save_pretrained`` layout.
+* ``clip/``: a ``CLIPModel`` and its processor in one folder, in transformers 5's ``save_pretrained`` layout;
+  the aesthetic and diversity twins read their image embeddings from it;
+* ``imagereward/``: ImageReward.pt + med_config.json + ``tokenizer/`` in the release's format
+  (rewards/tiny_imagereward.py);
+* ``aesthetic/``: the LAION aesthetic head on its 32-dim embedding, ``sac+logos+ava1-l14-linearMSE.pth`` as the
+  release (a ``torch.save``'d state dict, keys ``layers.{0,2,4,6,7}.*``);
 
 All score at 224 px (patch 32, so 7 x 7 tokens), so the real resize/pad/crop geometry runs. Scores are random:
 the twins test plumbing, shapes and gradients, not preferences. ``python -m rewards.tiny_twins`` prints the
@@ -42,7 +47,8 @@ HF_TEXT = dict(
     eos_token_id=1,
     pad_token_id=1,
 )
-VERSION = 2
+HF_PROJECTION = 32
+VERSION = 4
 
 
 def build_tiny_hps(folder: Path, seed: int = 0) -> None:
@@ -88,7 +94,9 @@ def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, lega
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = CLIPModel(
-            CLIPConfig(text_config=dict(vocab_size=len(tok), **HF_TEXT), vision_config=HF_VISION, projection_dim=32)
+            CLIPConfig(
+                text_config=dict(vocab_size=len(tok), **HF_TEXT), vision_config=HF_VISION, projection_dim=HF_PROJECTION
+            )
         ).eval()
     save_on_any_rank(model).save_pretrained(model_dir)
     if legacy_processor:
@@ -100,9 +108,27 @@ def build_tiny_hf_clip(model_dir: Path, processor_dir: Path, seed: int = 0, lega
         CLIPProcessor(image_processor=image_processor, tokenizer=tok).save_pretrained(processor_dir)
 
 
+def build_tiny_aesthetic_head(folder: Path, in_features: int, seed: int = 0) -> None:
+    """The aesthetic MLP head (rewards/mlp_head.py) on ``in_features``-dim embeddings, saved as the release is."""
+    from torch import nn
+
+    folder.mkdir(parents=True, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        sizes = [in_features, 1024, 128, 64, 16, 1]
+        linears = [nn.Linear(a, b) for a, b in zip(sizes, sizes[1:])]
+    layers = dict(zip((0, 2, 4, 6, 7), linears))
+    state = {f"layers.{i}.{k}": v.detach().contiguous() for i, m in layers.items() for k, v in m.state_dict().items()}
+    torch.save(state, folder / AESTHETIC_HEAD)
+
+
+AESTHETIC_HEAD = "sac+logos+ava1-l14-linearMSE.pth"
+
+
 def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0) -> Path:
     """Write the three twins once under ``cache_dir`` (atomically, like the model twins) and return the folder."""
     from models.twins import materialize_folder, recipe_key
+    from rewards.tiny_imagereward import MED_CONFIG, VISION, build_tiny_imagereward
 
     def write(folder: Path) -> None:
         build_tiny_hps(folder / "hps", seed)
@@ -110,9 +136,11 @@ def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0)
             folder / "pickscore" / "model", folder / "pickscore" / "processor", seed + 1, legacy_processor=True
         )
         build_tiny_hf_clip(folder / "clip", folder / "clip", seed + 2)
+        build_tiny_aesthetic_head(folder / "aesthetic", HF_PROJECTION, seed + 3)
+        build_tiny_imagereward(folder / "imagereward", seed + 4)
         (folder / "done").write_text("")
 
-    key = recipe_key(VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT)
+    key = recipe_key(VERSION, seed, OPEN_CLIP_CFG, HF_VISION, HF_TEXT, VISION, MED_CONFIG)
     return materialize_folder("tiny_rewards", key, write, cache_dir, marker="done")
 
 
@@ -125,8 +153,12 @@ def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[
             f"{key}.path={root / 'pickscore' / 'model'}",
             f"{key}.processor_path={root / 'pickscore' / 'processor'}",
         ]
-    if reward == "clip":
+    if reward in ("clip", "diversity"):
         return [f"{key}.path={root / 'clip'}"]
+    if reward == "imagereward":
+        return [f"{key}.path={root / 'imagereward'}", f"{key}.tokenizer_path={root / 'imagereward' / 'tokenizer'}"]
+    if reward == "aesthetic":
+        return [f"{key}.path={root / 'clip'}", f"{key}.head_path={root / 'aesthetic'}"]
     if reward == "multi":
         return [
             o for c in ("hps", "pickscore", "clip") for o in tiny_reward_overrides(root, c, f"{key}.components.{c}")
@@ -138,5 +170,5 @@ if __name__ == "__main__":
     import sys
 
     root = materialize_tiny_rewards(sys.argv[1] if len(sys.argv) > 1 else None)
-    for name in ("hps", "pickscore", "clip", "multi"):
+    for name in ("hps", "pickscore", "clip", "aesthetic", "imagereward", "multi"):
         print(f"reward={name}", " ".join(tiny_reward_overrides(root, name)))

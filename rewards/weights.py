@@ -155,3 +155,32 @@ def fetch_file(source: str, filename: str) -> Path:
 
 def _describe(files: FileSpec) -> str:
     return ", ".join(" or ".join(_alternatives(s)) for s in files)
+
+
+def load_tensors(key: str, path: Path) -> dict:
+    """The tensors of a weights file: a ``.safetensors`` file, or a ``torch.save`` file loaded with
+    ``weights_only=True`` (a dict of tensors, possibly under ``state_dict``). A file that holds more than tensors is a
+    :class:`ConfigError` naming ``key`` and how to convert it once where the file is trusted."""
+    import pickle
+
+    import torch
+
+    if path.suffix.lower() in SAFETENSORS:
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ConfigError(
+            f"{key}: {str(path)!r} holds more than tensors, so it cannot be loaded with weights_only=True "
+            f"({str(e).splitlines()[0]}). Fix: convert it once where you trust the file: python -c \"import torch, "
+            f"safetensors.torch as s; sd = torch.load('{path}', weights_only=False); s.save_file({{k: v.contiguous() "
+            f"for k, v in sd.get('state_dict', sd).items()}}, '{path.with_suffix('.safetensors')}')\" and set {key} to "
+            f"the .safetensors file"
+        ) from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ConfigError(f"{key}: {str(path)!r} holds a {type(state).__name__}, not a dict of tensors")
+    return state

@@ -41,6 +41,16 @@ def tiny_rewards(twin_cache) -> Path:
     return materialize_tiny_rewards(twin_cache)
 
 
+@pytest.fixture
+def empty_hf_cache(monkeypatch, tmp_path):
+    """Offline with an empty Hugging Face cache, whatever this machine holds."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
+    return tmp_path / "hf_cache"
+
+
 @pytest.fixture(scope="session")
 def slurm_reference(tmp_path_factory, twin_cache) -> Path:
     """The uninterrupted 2-rank run that the SLURM tests' interrupted and multi-node jobs reproduce (tests/

@@ -18,6 +18,12 @@ CASES = {
     "flow_grpo": (["method=flow_grpo", "method.kl_beta=0.04"], "tiny_qwenimage"),
     "flow_grpo_fast": (["method=flow_grpo_fast", "method.window_range=[0,5]"], "tiny_qwenimage"),
     "flash_grpo": (["method=flash_grpo"], "tiny_qwenimage"),
+    "grpo_guard": (["method=grpo_guard"], "tiny_qwenimage"),
+    # MixGRPO's window, then the DPM-Solver++ tail (chunked velocities) on the compressed grid
+    "mix_grpo_flash": (
+        ["method=mix_grpo_flash", "method.sampling_steps=10", "method.window_size=2", "method.updates_per_rollout=1"],
+        "tiny_qwenimage",
+    ),
     "jagg": (["method=jagg", "method.base=flow_grpo", "method.sampling_steps=9", "method.window=4"], "tiny_qwenimage"),
     "eam": (["method=eam", "method.loss_timesteps=2", "method.endpoint_nfe=3"], "tiny_flux"),
     "adjoint_matching": (

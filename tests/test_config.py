@@ -44,11 +44,26 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
     return [f"{group}={option}", *extra, *real_family_overrides([f"{group}={option}"])]
 
 
+def evaluation_only(cfg) -> bool:
+    """A per-prompt metric (reward=diversity) is scored by the evaluation only: as the trained reward it is refused."""
+    return bool(get_class(cfg.reward._target_).per_prompt)
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in group_options(g)])
 def test_every_option_composes_and_validates(group, option, tmp_path, tiny_rewards):
     cfg = compose(valid_overrides(group, option, tmp_path, tiny_rewards))
     OmegaConf.resolve(cfg)
     assert cfg[group if group != "experiment" else "trainer"] is not None
+    if evaluation_only(cfg):
+        with pytest.raises(ConfigError, match="cannot be trained on"):
+            validate(cfg)
+        cfg = compose(
+            [
+                "eval.every=1",
+                f"+reward@eval.rewards.{option}={option}",
+                *tiny_reward_overrides(tiny_rewards, option, f"eval.rewards.{option}"),
+            ]
+        )
     validate(cfg)
 
 
@@ -56,6 +71,10 @@ def test_every_option_composes_and_validates(group, option, tmp_path, tiny_rewar
 def test_every_method_reward_pair_composes(method, reward, tiny_rewards):
     cfg = compose([f"method={method}", f"reward={reward}", *tiny_reward_overrides(tiny_rewards, reward)])
     assert cfg.method.name == method
+    if evaluation_only(cfg):
+        with pytest.raises(ConfigError, match="cannot be trained on"):  # an evaluation metric (eval.rewards)
+            validate(cfg)
+        return
     if (
         get_class(cfg.method._target_).requires_differentiable_reward
         and not get_class(cfg.reward._target_).differentiable

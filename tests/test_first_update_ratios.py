@@ -12,7 +12,16 @@ from conftest import compose
 from launcher.train.trainer import RunInfo, Trainer
 from methods.first_update_ratios import EDGES, FirstUpdateRatios
 
-GRPO_METHODS = ["dance_grpo", "flow_grpo", "flow_grpo_fast", "flash_grpo", "jagg", "reinforce_grpo"]
+GRPO_METHODS = [
+    "dance_grpo",
+    "flow_grpo",
+    "flow_grpo_fast",
+    "flash_grpo",
+    "grpo_guard",
+    "jagg",
+    "mix_grpo_flash",
+    "reinforce_grpo",
+]
 
 
 def probe(clip=1e-4, warn=0.05):

@@ -167,16 +167,6 @@ def test_videos_are_scored_per_frame_and_reduced(tiny_rewards):
 
 
 # ------------------------------------------------------------------------------ weights: where and when missing
-@pytest.fixture
-def empty_hf_cache(monkeypatch, tmp_path):
-    """Offline with an empty Hugging Face cache, whatever this machine holds."""
-    from huggingface_hub import constants
-
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf_cache"))
-    return tmp_path / "hf_cache"
-
-
 @pytest.mark.parametrize(
     "reward,key,missing,repo",
     [

@@ -31,6 +31,8 @@ METHODS = {  # method -> overrides (small, and each exercising its packing: JAGG
         "method.jagg_frac=1",
     ],
     "flash_grpo": ["method.sampling_steps=6"],
+    "grpo_guard": ["method.sampling_steps=5"],
+    "mix_grpo_flash": ["method.sampling_steps=10", "method.window_size=3"],  # MixGRPO's update after the Flash rollout
     "eam": ["method.endpoint_nfe=2", "method.loss_timesteps=3"],
     "adjoint_matching": [
         "method.sampling_steps=4",

@@ -20,6 +20,8 @@ METHODS = {
     "flow_grpo_fast": ["method=flow_grpo_fast", "method.window_range=[0,4]"],
     "jagg": ["method=jagg", "method.sampling_steps=9"],
     "flash_grpo": ["method=flash_grpo"],
+    "grpo_guard": ["method=grpo_guard"],
+    "mix_grpo_flash": ["method=mix_grpo_flash"],
     "eam": ["method=eam", "method.endpoint_nfe=2"],
     "adjoint_matching": ["method=adjoint_matching", "method.loss_last_steps=2", "method.loss_random_steps=1"],
     "diffusion_nft": ["method=diffusion_nft", "method.sampling_steps=3"],

@@ -10,6 +10,8 @@ two methods' training curves are not measured alike. The evaluation scores every
 - **sampler**: the family's deterministic ODE sampler with its inference steps and guidance (``eval.sampling_steps``,
   ``eval.guidance``; :mod:`methods.family_sampler`), never the method's training sampler;
 - **rewards**: the trained reward and ``eval.rewards``, scored without gradients (:meth:`rewards.base.Reward.evaluate`);
+  a per-prompt metric (``reward=diversity``) is reduced to one score per prompt once every rank's samples are gathered
+  (:meth:`rewards.base.Reward.prompt_scores`), so its mean and std are over prompts;
 - **validation**: ``eval.val_split=N`` also scores N of the training prompts the same way, as ``val/<reward>/mean``:
   a protocol picks its learning rate on them and reports the held-out score (docs/comparing.md#comparison-protocol).
 
@@ -270,6 +272,8 @@ class Evaluator:
         for name in self.rewards:
             by_item = dict(pair for part, _ in gathered for pair in part[name])
             scores[name] = torch.tensor([by_item[i] for i in range(len(all_items))], dtype=torch.float64)
+            if getattr(self.rewards[name], "per_prompt", False):  # per-sample features -> one per prompt (diversity)
+                scores[name] = self.rewards[name].prompt_scores(scores[name], [p for p, _ in all_items])
         return scores, sorted((pair for _, part in gathered for pair in part), key=lambda t: t[0])
 
     def _log_grid(self, step: int, grid: list[tuple[int, torch.Tensor]], scores: dict[str, torch.Tensor]) -> None:
