@@ -311,4 +311,5 @@ def accumulate_stats(
     }
     if "kl" in stats:
         sums["policy/kl_ref"] = stats["kl"].sum()
+    sums.update({k: v.sum() for k, v in stats.items() if "/" in k})  # a method's own, e.g. dppo/kl_old
     add_sums(totals, {k: weight * v for k, v in sums.items()})

@@ -106,6 +106,19 @@ def kept_states(method: dict) -> int:
         return 1
     if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg", "mix_grpo"):
         return int(method["window_size"]) + 1
-    if name == "flow_grpo" or (name == "jagg" and method.get("base") == "flow_grpo"):
+    if name == "flow_dppo" and int(method.get("sde_steps", 0) or 0):  # x_i and x_{i+1} of each drawn step
+        return min(n + 1, 2 * int(method["sde_steps"]))
+    if name in ("flow_grpo", "grpo_guard", "flow_dppo") or (name == "jagg" and method.get("base") == "flow_grpo"):
         return max(1, min(n - 1, int(float(method["timestep_fraction"]) * n))) + 1
     return n + 1
+
+
+def kept_means(method: dict) -> int:
+    """Transition means per sample the rollout policy leaves for the update (fp32 latents on the device, never
+    offloaded): one per trained step for GRPO-Guard and Flow-DPPO (``rollout.extras["old_mean"]``), none elsewhere."""
+    name, n = method.get("name"), int(method.get("sampling_steps", 1))
+    if name == "flow_dppo" and int(method.get("sde_steps", 0) or 0):
+        return int(method["sde_steps"])
+    if name in ("grpo_guard", "flow_dppo"):
+        return max(1, min(n - 1, int(float(method["timestep_fraction"]) * n)))
+    return 0

@@ -35,6 +35,7 @@ from launcher.plan.activations import (
     LORA_CALIBRATED_TARGETS,
     activation_table,
     checkpointed_share,
+    kept_means,
     kept_states,
     norm_output_bytes,
     per_row_bytes,
@@ -316,19 +317,20 @@ def vae_dtype_bytes(run: Run) -> int:
 def buffer_line(run: Run) -> Line:
     """Latents, noise, velocities and the kept trajectory states of every sample; per-prompt text conditioning."""
     method, size = run.method, run.size
-    states = kept_states(method)
+    states, means = kept_states(method), kept_means(method)
     offload = bool(method.get("trajectory_offload"))
     prompts = math.ceil(int(method["prompts_per_step"]) / run.world)
     text_width = run.tconfig.get("joint_attention_dim") or run.tconfig["text_dim"]
     nbytes = (
-        run.samples * size.latent_elements * 4 * (4 + (0 if offload else states))
+        run.samples * size.latent_elements * 4 * (4 + (0 if offload else states) + means)
         + prompts * size.text_tokens * text_width * run.cb
     )
     return Line(
         "rollout buffers",
         nbytes,
         nbytes,
-        f"{run.samples} samples, {states} state(s) each{' (offloaded)' if offload else ''}",
+        f"{run.samples} samples, {states} state(s) each{' (offloaded)' if offload else ''}"
+        + (f", {means} old mean(s)" if means else ""),
     )
 
 

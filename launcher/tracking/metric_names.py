@@ -136,8 +136,9 @@ FAMILIES: tuple[MetricFamily, ...] = (
     MetricFamily(
         "method",
         "Method-specific",
-        "the metrics of one method: JAGG's diagnostic mode, Flash-GRPO, EAM and Adjoint Matching, DiffusionNFT",
-        prefixes=("jagg/", "flash/", "soc/", "nft/"),
+        "the metrics of one method: JAGG's diagnostic mode, Flash-GRPO, EAM and Adjoint Matching, DiffusionNFT, "
+        "Flow-DPPO",
+        prefixes=("jagg/", "flash/", "soc/", "nft/", "dppo/"),
     ),
 )
 
