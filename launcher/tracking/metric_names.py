@@ -136,8 +136,8 @@ FAMILIES: tuple[MetricFamily, ...] = (
     MetricFamily(
         "method",
         "Method-specific",
-        "the metrics of one method: JAGG's diagnostic mode, Flash-GRPO, EAM and Adjoint Matching, DiffusionNFT",
-        prefixes=("jagg/", "flash/", "soc/", "nft/"),
+        "the metrics of one method: JAGG's diagnostic mode, Flash-GRPO, EAM and Adjoint Matching, DiffusionNFT, AWM",
+        prefixes=("jagg/", "flash/", "soc/", "nft/", "awm/"),
     ),
 )
 
