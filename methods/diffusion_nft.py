@@ -24,6 +24,8 @@ trained time 2 forwards (``v_old``, ``v``) plus 1 with KL, and 1 backward.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from typing import ContextManager, Iterator, TypeVar
 
 import torch
 
@@ -36,21 +38,47 @@ from methods.ode_solvers import solve
 from methods.old_policy import LaggingPolicy, old_policy_decay
 from methods.schedule import make_sigmas, quantize_model_time
 from methods.update_rows import add_sums, row_calls, rows_per_call, trained_rows
-from models.backbone import Backbone
+from models.backbone import Backbone, PromptEmbeds
 from models.common import DiffusersBackbone
 
 log = logging.getLogger(__name__)
 
 
-class DiffusionNFT(Method[DiffusionNFTConfig]):
-    def __init__(self, cfg: DiffusionNFTConfig, backbone: Backbone):
+@dataclass
+class NoisedRows:
+    """One transformer call's rows of an update: the sample of each row, its clean latents ``x0``, noise ``eps``, the
+    noised ``x_t``, the row's grid sigma (float64), the rows' conditioning, and T, the trained times per sample."""
+
+    rows: torch.Tensor
+    x0: torch.Tensor
+    noise: torch.Tensor
+    xt: torch.Tensor
+    sigma: torch.Tensor
+    embeds: PromptEmbeds
+    t_count: int
+
+
+def noised_latents(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """The forward process ``x_sigma = (1 - sigma) x0 + sigma eps`` per row, sigma (r,) taken in float32 as the
+    authors' pipelines hold it (DiffusionNFT's and AWM's)."""
+    s = sigma.float().view(-1, *([1] * (x0.ndim - 1)))
+    return (1.0 - s) * x0 + s * noise
+
+
+#: the config of DiffusionNFT or of a method on its machinery (methods/awm.py)
+NFTConfigT = TypeVar("NFTConfigT", bound=DiffusionNFTConfig)
+
+
+class DiffusionNFT(Method[NFTConfigT]):
+    def __init__(self, cfg: NFTConfigT, backbone: Backbone):
         super().__init__(cfg, backbone)
         if isinstance(backbone, DiffusersBackbone) and backbone.guidance_scale > 1.0:  # true CFG: only theirs
             # CFG-free by construction (their sample.guidance_scale=1.0, config/nft.py:64; their training forward has
             # no CFG path), so a sweep can share one model config with methods that sample with CFG
             log.warning(
-                "method=diffusion_nft samples and trains without classifier-free guidance: "
+                "method=%s samples and trains without classifier-free guidance: "
                 "model.guidance_scale=%s is not used (set model.guidance_scale=1 to record that)",
+                cfg.name,
                 backbone.guidance_scale,
             )
             backbone.guidance_scale = 1.0
@@ -62,11 +90,11 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
 
     # -- config -------------------------------------------------------------------------------------------------
     @classmethod
-    def needs_reference(cls, cfg: DiffusionNFTConfig) -> bool:
+    def needs_reference(cls, cfg: NFTConfigT) -> bool:
         return cfg.kl_beta > 0
 
     @classmethod
-    def passes_per_sample(cls, cfg: DiffusionNFTConfig) -> tuple[int, int]:
+    def passes_per_sample(cls, cfg: NFTConfigT) -> tuple[int, int]:
         """The N-step rollout, then per trained time the v_old and the trained forward (and the reference one with
         KL) and one backward."""
         n = int(cfg.sampling_steps)
@@ -92,10 +120,10 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
         def velocity(z: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
             return chunked_velocity(bb, z, self.rollout_time(sigma).float(), embeds, self.cfg.rollout_chunk)
 
-        with self.old_policy.active():
+        with self.sampling_policy():
             x = solve(self.cfg.sampler, self.sigmas, velocity, x).float()
-        b, n = len(expanded), int(self.cfg.sampling_steps)
-        times = torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, : self.num_trained()]
+        b = len(expanded)
+        times = self.draw_train_steps(b, generator)
         seeds = torch.randint(0, 2**62, (b,), generator=generator).tolist()  # host ints: read in the update
         return Rollout(
             prompts=expanded,
@@ -107,6 +135,15 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
             train_steps=times.to(x.device),
             extras={"noise_seeds": seeds},
         )
+
+    def sampling_policy(self) -> ContextManager[None]:
+        """The weights the rollout samples with: the lagging ``v_old``."""
+        return self.old_policy.active()
+
+    def draw_train_steps(self, b: int, generator: torch.Generator) -> torch.Tensor:
+        """(b, T) grid indices each sample trains: a random subset of ``floor(fraction x N)`` distinct times."""
+        n = int(self.cfg.sampling_steps)
+        return torch.argsort(torch.rand(b, n, generator=generator), dim=1)[:, : self.num_trained()]
 
     # -- advantages ---------------------------------------------------------------------------------------------
     def prepare_update(self, rollout: Rollout) -> dict[str, float]:
@@ -137,42 +174,47 @@ class DiffusionNFT(Method[DiffusionNFTConfig]):
             row.normal_(generator=torch.Generator().manual_seed(int(s)))
         return noise.to(device, non_blocking=True)
 
-    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
-        """Every (sample, trained time) row of the update, ``method.update_batch`` rows per transformer call: per
-        call one swap to the lagging weights for ``v_old``, the reference forward (``kl_beta`` > 0), the trained
-        forward and one backward of :func:`methods.nft_loss.nft_loss`."""
-        bb, cfg = self.backbone, self.cfg
+    def noised_rows(self, rollout: Rollout, samples: torch.Tensor) -> Iterator[NoisedRows]:
+        """The update's (sample, trained time) rows, ``method.update_batch`` per transformer call, each call's rows
+        noised by the forward process ``x_t = (1 - sigma) x0 + sigma eps`` with the samples' own noise."""
         seeds = [rollout.extras["noise_seeds"][i] for i in samples.tolist()]  # the plan's host-side indices
         samples = samples.to(rollout.latents.device, non_blocking=True)  # the plan's pinned host indices
-        assert rollout.train_steps is not None and rollout.advantages is not None  # set by sample(), prepare_update()
+        assert rollout.train_steps is not None  # set by sample()
         steps = rollout.train_steps[samples]
         t_count = steps.shape[1]
         row_samples, row_steps = trained_rows(samples, steps)
-        totals: dict[str, torch.Tensor] = {}
-        for call in row_calls(len(row_samples), rows_per_call(cfg.update_batch, bb)):
+        for call in row_calls(len(row_samples), rows_per_call(self.cfg.update_batch, self.backbone)):
             first, last = call.start // t_count, (call.stop - 1) // t_count  # the samples this call touches
             noise = self._noise(rollout, seeds[first : last + 1]).flatten(0, 1)
             noise = noise[call.start - first * t_count : call.stop - first * t_count]
             rows = row_samples[call]
             x0 = rollout.latents[rows]
             sigma = self.device_sigmas[row_steps[call]]  # (r,) float64
-            s = sigma.float().view(-1, *([1] * (x0.ndim - 1)))
-            xt = (1.0 - s) * x0 + s * noise
-            embeds = rollout.embeds.select(rows)
+            xt = noised_latents(x0, noise, sigma)
+            yield NoisedRows(rows, x0, noise, xt, sigma, rollout.embeds.select(rows), t_count)
+
+    def backward(self, rollout: Rollout, samples: torch.Tensor, update_size: int) -> dict[str, torch.Tensor]:
+        """Every (sample, trained time) row of the update, ``method.update_batch`` rows per transformer call: per
+        call one swap to the lagging weights for ``v_old``, the reference forward (``kl_beta`` > 0), the trained
+        forward and one backward of :func:`methods.nft_loss.nft_loss`."""
+        bb, cfg = self.backbone, self.cfg
+        assert rollout.advantages is not None  # set by prepare_update()
+        totals: dict[str, torch.Tensor] = {}
+        for c in self.noised_rows(rollout, samples):
             with torch.no_grad():
                 with self.old_policy.active():
-                    v_old = bb.velocity(xt, sigma.float(), embeds)
+                    v_old = bb.velocity(c.xt, c.sigma.float(), c.embeds)
                 v_ref = None
                 if cfg.kl_beta > 0:
                     with bb.reference():
-                        v_ref = bb.velocity(xt, sigma.float(), embeds)
-            v = bb.velocity(xt, sigma.float(), embeds)
-            r = optimality_weight(rollout.advantages[rows], float(cfg.adv_clip_max), cfg.adv_mode)
+                        v_ref = bb.velocity(c.xt, c.sigma.float(), c.embeds)
+            v = bb.velocity(c.xt, c.sigma.float(), c.embeds)
+            r = optimality_weight(rollout.advantages[c.rows], float(cfg.adv_clip_max), cfg.adv_mode)
             loss, stats = nft_loss(
-                v, v_old, x0, xt, sigma, r, float(cfg.beta), float(cfg.adv_clip_max), float(cfg.kl_beta), v_ref
+                v, v_old, c.x0, c.xt, c.sigma, r, float(cfg.beta), float(cfg.adv_clip_max), float(cfg.kl_beta), v_ref
             )
-            (loss.sum() / (update_size * t_count)).backward()
-            _accumulate(totals, loss, stats, 1.0 / t_count)
+            (loss.sum() / (update_size * c.t_count)).backward()
+            _accumulate(totals, loss, stats, 1.0 / c.t_count)
         return totals
 
     # -- after the updates --------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""DiffusionNFT against Flow-GRPO (and Flow-GRPO-Fast) at equal samples per step: update-phase and whole-step
-wall-clock, transformer pass counts and the memory a rollout keeps, measured side by side in one process.
+"""DiffusionNFT and AWM against Flow-GRPO (and Flow-GRPO-Fast) at equal samples per step: update-phase and
+whole-step wall-clock, transformer pass counts and the memory a rollout keeps, measured side by side in one process.
 
 The three methods run through the shared trainer loop (``Trainer.train_step``) on the same model, batch (group size
 x prompts), sampling steps and ``method.update_batch`` (rows per transformer call of the update), KL off for all;
@@ -15,10 +15,14 @@ default the FLUX "small" transformer, ~2.3M parameters), so transformer passes d
 With N sampling steps both methods train floor(0.99 N) times per sample (Flow-GRPO its first SDE transitions,
 DiffusionNFT random grid times of the clean sample): the same backward passes, and DiffusionNFT one more forward per
 trained time (``v_old``), so its update is expected to cost about (2F + B) / (F + B) of Flow-GRPO's (~4/3 when a
-backward costs two forwards); its rollout is a plain ODE solve and keeps only the final latents.
+backward costs two forwards); its rollout is a plain ODE solve and keeps only the final latents. AWM (its recipe's
+EMA-policy KL on, the reference KL off as for the others) trains the same floor(0.99 N) times per sample
+(``method.train_timesteps``) with one forward of the EMA policy and the trained forward each: ideally DiffusionNFT's
+update exactly (ratio 1) and the same (2F + B) / (F + B) of Flow-GRPO's.
 
 The last output line is one JSON object (``update_time_ratio_vs_flow_grpo``, ``step_time_ratio_vs_flow_grpo``,
-``bwd_count_ratio_vs_flow_grpo``, ...). Ratios are DiffusionNFT / baseline (lower is cheaper).
+``bwd_count_ratio_vs_flow_grpo``, ..., and ``awm_*`` for AWM). Ratios are DiffusionNFT (AWM) / baseline (lower is
+cheaper).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-METHODS = ("diffusion_nft", "flow_grpo", "flow_grpo_fast")
+METHODS = ("diffusion_nft", "flow_grpo", "flow_grpo_fast", "awm")
 
 
 def build_trainers(args, run_root: Path) -> dict:
@@ -66,6 +70,7 @@ def build_trainers(args, run_root: Path) -> dict:
     extra = {
         "diffusion_nft": [f"method.sampler={args.sampler}"],
         "flow_grpo_fast": [f"method.window_size={args.fast_window}"],
+        "awm": [f"method.sampler={args.sampler}", f"method.train_timesteps={int(0.99 * args.sampling_steps)}"],
     }
     trainers = {}
     for name in METHODS:
@@ -111,7 +116,8 @@ def main() -> None:
         memory = {n: rollout_bytes_per_sample(trainers[n]) for n in METHODS}
         rows: dict[str, list[dict]] = {m: [] for m in METHODS}
         for r in range(args.warmup + args.rounds):
-            order = METHODS[r % 3 :] + METHODS[: r % 3]  # rotate so no method always runs first
+            k = r % len(METHODS)
+            order = METHODS[k:] + METHODS[:k]  # rotate so no method always runs first
             for name in order:
                 m = trainers[name].train_step(r)
                 if r >= args.warmup:
@@ -186,6 +192,21 @@ def main() -> None:
         f"vs Flow-GRPO-Fast (window {args.fast_window}): update {out['update_time_ratio_vs_flow_grpo_fast']:.3f}, "
         f"step {out['step_time_ratio_vs_flow_grpo_fast']:.3f}, backward passes "
         f"{out['bwd_count_ratio_vs_flow_grpo_fast']:.3f}"
+    )
+    awm = med["awm"]
+    for base in ("diffusion_nft", "flow_grpo"):
+        ref = med[base]
+        out.update(
+            {
+                f"awm_update_time_ratio_vs_{base}": awm["time/update_s"] / ref["time/update_s"],
+                f"awm_step_time_ratio_vs_{base}": awm["time/step_s"] / ref["time/step_s"],
+                f"awm_bwd_count_ratio_vs_{base}": awm["count/transformer_bwd"] / ref["count/transformer_bwd"],
+            }
+        )
+    print(
+        f"AWM update: {out['awm_update_time_ratio_vs_diffusion_nft']:.3f}x DiffusionNFT's (ideal 1: the same passes), "
+        f"{out['awm_update_time_ratio_vs_flow_grpo']:.3f}x Flow-GRPO's (ideal (2F + B) / (F + B), ~4/3); whole step "
+        f"{out['awm_step_time_ratio_vs_diffusion_nft']:.3f}x and {out['awm_step_time_ratio_vs_flow_grpo']:.3f}x"
     )
     print(json.dumps(out))
 

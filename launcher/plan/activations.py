@@ -102,7 +102,7 @@ def kept_states(method: dict) -> int:
     name, n = method.get("name"), int(method.get("sampling_steps", 1))
     if name == "flash_grpo":
         return 2
-    if name in ("eam", "diffusion_nft"):  # the final latent only
+    if name in ("eam", "diffusion_nft", "awm"):  # the final latent only
         return 1
     if int(method.get("window_size", 0) or 0) and name in ("flow_grpo_fast", "jagg", "mix_grpo"):
         return int(method["window_size"]) + 1

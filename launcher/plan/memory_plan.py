@@ -260,9 +260,10 @@ def state_lines(run: Run) -> list[Line]:
         lines.append(
             Line(f"frozen reference ({name})", run.per_rank(P * DTYPE_BYTES[name]), run.per_rank(P * DTYPE_BYTES[name]))
         )
-    if "old_decay_rate" in run.method:  # DiffusionNFT's lagging copy of the trainable weights (v_old)
+    if "old_decay_rate" in run.method:  # the lagging copy of the trainable weights: DiffusionNFT's v_old, AWM's EMA
         old = run.per_rank(trainable * 4)
-        lines.append(Line("old policy v_old (fp32)", old, old))
+        name = "EMA policy v_ema (fp32)" if run.method.get("name") == "awm" else "old policy v_old (fp32)"
+        lines.append(Line(name, old, old))
     ema = ema_line(run, trainable)
     if ema is not None:
         lines.append(ema)

@@ -137,8 +137,8 @@ FAMILIES: tuple[MetricFamily, ...] = (
         "method",
         "Method-specific",
         "the metrics of one method: JAGG's diagnostic mode, Flash-GRPO, EAM and Adjoint Matching, DiffusionNFT, "
-        "Flow-DPPO",
-        prefixes=("jagg/", "flash/", "soc/", "nft/", "dppo/"),
+        "Flow-DPPO, AWM",
+        prefixes=("jagg/", "flash/", "soc/", "nft/", "dppo/", "awm/"),
     ),
 )
 
