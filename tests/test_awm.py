@@ -19,12 +19,13 @@ from dist_utils import run_distributed
 from launcher.components import build
 from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
+from method_checks import crash_and_resume, full_grads, shard
 from methods.awm import AWM
 from methods.awm_loss import awm_loss, kl_term, matching_log_prob, scaled_advantages
 from methods.awm_times import stratified_steps
 from methods.diffusion_nft import noised_latents
 from rewardflow.errors import ConfigError
-from test_diffusion_nft import _grads, _lag, _shard
+from test_diffusion_nft import _lag
 
 SMOKE = ["experiment=smoke", "logger=none", "method=awm"]
 #: their option strings -> ours (methods/awm_config.py)
@@ -128,7 +129,7 @@ def test_backward_equals_an_independent_recomputation(off_policy):
     model.zero_grad(set_to_none=True)
     for mb in (torch.tensor([0, 1]), torch.tensor([2, 3])):
         method.backward(rollout, mb, 4)
-    ours = _grads(model)
+    ours = full_grads(model)
 
     trained = copy.deepcopy(model.state_dict())
     ema = {**trained, **{k: v.clone() for k, v in method.old_policy.copies.items()}}
@@ -162,7 +163,7 @@ def test_backward_equals_an_independent_recomputation(off_policy):
         )
         ratios.append(stats["ratio"])
         (loss.mean() / steps.shape[1]).backward()
-    theirs = _grads(model)
+    theirs = full_grads(model)
     assert (torch.cat(ratios) != 1).any() == off_policy
     assert ours.keys() == theirs.keys()
     for k in theirs:
@@ -226,11 +227,6 @@ def test_bad_values_fail_before_anything_is_built(overrides, match):
 
 
 # ------------------------------------------------------------------------------------------------------- resume
-def _metrics(run_dir):
-    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-
 @pytest.mark.slow
 def test_interrupted_run_resumes_bitwise_with_its_ema_policy(tmp_path):
     """As tests/test_resume.py, with the EMA policy far from the trained one (fast decay): the checkpoint brings it
@@ -239,40 +235,20 @@ def test_interrupted_run_resumes_bitwise_with_its_ema_policy(tmp_path):
         [*SMOKE, "trainer.steps=4", "trainer.ckpt_every=2", "model.finetune=lora", "model.lora_rank=4"]
         + ["method.old_decay_rate=0.2"]
     )
-    ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
-    ref.fit()
-    broken = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    original = broken.train_step
-
-    def crash_after_2(step):
-        out = original(step)
-        if step == 2:
-            raise RuntimeError("simulated node failure")
-        return out
-
-    broken.train_step = crash_after_2
-    with pytest.raises(RuntimeError, match="simulated"):
-        broken.fit()
-    resumed = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    assert resumed.start_step == 2
-    resumed.fit()
-    assert _metrics(tmp_path / "run") == _metrics(tmp_path / "ref")
-    mine = dict(resumed.backbone.transformer.named_parameters())
-    for k, v in ref.backbone.transformer.named_parameters():
-        assert torch.equal(v, mine[k]), k
+    ref, resumed = crash_and_resume(cfg, tmp_path)
     for k, v in ref.method.old_policy.copies.items():
         assert torch.equal(v, resumed.method.old_policy.copies[k]), k
 
 
 # --------------------------------------------------------------------------------------------------- FSDP2, 2 ranks
 def _sharded_work(rank, world, overrides):
-    method = _method(overrides, parallelize=_shard)
+    method = _method(overrides, parallelize=shard)
     _lag(method, scale=0.02)
     rollout = _scored_rollout(method)  # every rank draws the same rollout (same seed)
     mine = torch.arange(len(rollout))[rank::world]  # each rank trains its half
     method.backbone.transformer.zero_grad(set_to_none=True)
     method.backward(rollout, mine, len(mine))
-    grads = _grads(method.backbone.transformer)
+    grads = full_grads(method.backbone.transformer)
     method.end_step(0)
     ema = {
         k: (c.full_tensor() if hasattr(c, "full_tensor") else c).clone() for k, c in method.old_policy.copies.items()
@@ -300,7 +276,7 @@ def test_two_sharded_ranks_equal_one_process():
         rollout = _scored_rollout(method)
         method.backbone.transformer.zero_grad(set_to_none=True)
         method.backward(rollout, torch.arange(len(rollout)), len(rollout))
-        single = _grads(method.backbone.transformer)
+        single = full_grads(method.backbone.transformer)
         method.end_step(0)
         ranks = run_distributed(_sharded_work, 2, overrides)
     finally:

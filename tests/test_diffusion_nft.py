@@ -15,6 +15,7 @@ from dist_utils import run_distributed
 from launcher.components import build
 from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
+from method_checks import crash_and_resume, full_grads, shard
 from methods.diffusion_nft import DiffusionNFT
 from rewardflow.errors import ConfigError
 from test_diffusion_nft_math import authors_loss
@@ -55,14 +56,6 @@ def _scored_rollout(method: DiffusionNFT, seed: int = 0):
     return rollout
 
 
-def _grads(module) -> dict[str, torch.Tensor]:
-    return {
-        k: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
-        for k, p in module.named_parameters()
-        if p.grad is not None
-    }
-
-
 # ---------------------------------------------------------------------------------------- gradient and policies
 def test_backward_equals_the_authors_loss_on_a_real_rollout():
     """Two micro-batches of ``DiffusionNFT.backward`` give the gradient of the authors' per-timestep loss
@@ -76,7 +69,7 @@ def test_backward_equals_the_authors_loss_on_a_real_rollout():
     model.zero_grad(set_to_none=True)
     for mb in (torch.tensor([0, 1]), torch.tensor([2, 3])):
         method.backward(rollout, mb, 4)
-    ours = _grads(model)
+    ours = full_grads(model)
 
     trained = copy.deepcopy(model.state_dict())
     lagging = {**trained, **{k: v.clone() for k, v in method.old_policy.copies.items()}}
@@ -98,7 +91,7 @@ def test_backward_equals_the_authors_loss_on_a_real_rollout():
                 v_ref = bb.velocity(xt, t, rollout.embeds)
         loss = authors_loss(bb.velocity(xt, t, rollout.embeds), v_old, v_ref, x0, xt, t, rollout.advantages, config)
         (loss / steps.shape[1]).backward()
-    theirs = _grads(model)
+    theirs = full_grads(model)
     assert ours.keys() == theirs.keys()
     for k in theirs:
         torch.testing.assert_close(ours[k], theirs[k], rtol=1e-4, atol=1e-7, msg=k)
@@ -196,11 +189,6 @@ def test_cfg_free_on_a_cfg_family(tmp_path, caplog):
 
 
 # ------------------------------------------------------------------------------------------------------- resume
-def _metrics(run_dir):
-    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("finetune", ["full", "lora"])
 def test_interrupted_run_resumes_bitwise_with_its_sampling_policy(tmp_path, finetune):
@@ -215,49 +203,27 @@ def test_interrupted_run_resumes_bitwise_with_its_sampling_policy(tmp_path, fine
             "method.old_decay_rate=0.2",
         ]
     )
-    ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
-    ref.fit()
+    old_before: dict = {}
 
-    broken = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    original = broken.train_step
+    def remember_the_sampling_policy(t):
+        old_before.update({k: v.clone() for k, v in t.method.old_policy.copies.items()})
 
-    def crash_after_4(step):
-        out = original(step)
-        if step == 4:
-            raise RuntimeError("simulated node failure")
-        return out
-
-    broken.train_step = crash_after_4
-    with pytest.raises(RuntimeError, match="simulated"):
-        broken.fit()
-    resumed = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    assert resumed.start_step == 4
-    old_before = {k: v.clone() for k, v in resumed.method.old_policy.copies.items()}
-    resumed.fit()
+    ref, resumed = crash_and_resume(cfg, tmp_path, 4, 4, remember_the_sampling_policy)
     assert any(not torch.equal(old_before[k], resumed.method.old_policy.copies[k]) for k in old_before)
-    assert _metrics(tmp_path / "run") == _metrics(tmp_path / "ref")
-    for k, v in ref.backbone.transformer.named_parameters():
-        assert torch.equal(v, dict(resumed.backbone.transformer.named_parameters())[k]), k
     for k, v in ref.method.old_policy.copies.items():
         assert torch.equal(v, resumed.method.old_policy.copies[k]), k
 
 
 # --------------------------------------------------------------------------------------------------- FSDP2, 2 ranks
-def _shard(backbone):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    backbone.parallelize(init_device_mesh("cpu", (torch.distributed.get_world_size(),)))
-
-
 def _sharded_work(rank, world, overrides, expected_latents):
-    method = _method(overrides, parallelize=_shard)
+    method = _method(overrides, parallelize=shard)
     _lag(method)
     rollout = _scored_rollout(method)  # every rank draws the same rollout (same seed)
     same_rollout = torch.equal(rollout.latents, expected_latents)
     mine = torch.arange(len(rollout))[rank::world]  # each rank trains its half
     method.backbone.transformer.zero_grad(set_to_none=True)
     method.backward(rollout, mine, len(mine))
-    grads = _grads(method.backbone.transformer)
+    grads = full_grads(method.backbone.transformer)
     method.end_step(0)
     old = {
         k: (c.full_tensor() if hasattr(c, "full_tensor") else c).clone() for k, c in method.old_policy.copies.items()
@@ -285,7 +251,7 @@ def test_two_sharded_ranks_equal_one_process(finetune):
         rollout = _scored_rollout(method)
         method.backbone.transformer.zero_grad(set_to_none=True)
         method.backward(rollout, torch.arange(len(rollout)), len(rollout))
-        single = _grads(method.backbone.transformer)
+        single = full_grads(method.backbone.transformer)
         method.end_step(0)
         ranks = run_distributed(_sharded_work, 2, overrides, rollout.latents)
     finally:

@@ -17,6 +17,7 @@ from dist_utils import run_distributed
 from launcher.components import build
 from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
+from method_checks import crash_and_resume, full_grads, shard
 from methods.grpo_guard import GRPOGuard, guard_loss
 from rewardflow.errors import ConfigError
 
@@ -109,58 +110,19 @@ def test_cps_is_rejected_before_anything_is_built():
         validate(compose([*SMOKE, "method.noise_kernel=cps", "method.eta=0.8"]))
 
 
-def _metrics(run_dir):
-    rows = [json.loads(l) for l in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
-
-
 @pytest.mark.slow
 def test_interrupted_run_resumes_bitwise(tmp_path):
     cfg = compose([*SMOKE, "trainer.steps=4", "trainer.ckpt_every=2", "model.finetune=lora", "model.lora_rank=4"])
-    ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
-    ref.fit()
-    broken = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    original = broken.train_step
-
-    def crash_after_2(step):
-        out = original(step)
-        if step == 2:
-            raise RuntimeError("simulated node failure")
-        return out
-
-    broken.train_step = crash_after_2
-    with pytest.raises(RuntimeError, match="simulated"):
-        broken.fit()
-    resumed = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    assert resumed.start_step == 2
-    resumed.fit()
-    assert _metrics(tmp_path / "run") == _metrics(tmp_path / "ref")
-    mine = dict(resumed.backbone.transformer.named_parameters())
-    for k, v in ref.backbone.transformer.named_parameters():
-        assert torch.equal(v, mine[k]), k
-
-
-def _shard(backbone):
-    from torch.distributed.device_mesh import init_device_mesh
-
-    backbone.parallelize(init_device_mesh("cpu", (torch.distributed.get_world_size(),)))
-
-
-def _grads(module) -> dict[str, torch.Tensor]:
-    return {
-        k: (p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad).detach().clone()
-        for k, p in module.named_parameters()
-        if p.grad is not None
-    }
+    crash_and_resume(cfg, tmp_path)
 
 
 def _sharded_work(rank, world, overrides):
-    method = _method(overrides, parallelize=_shard)
+    method = _method(overrides, parallelize=shard)
     rollout = _scored_rollout(method)  # every rank draws the same rollout (same seed)
     mine = torch.arange(len(rollout))[rank::world]  # each rank trains its half
     method.backbone.transformer.zero_grad(set_to_none=True)
     method.backward(rollout, mine, len(mine))
-    return rollout.extras["old_mean"], _grads(method.backbone.transformer)
+    return rollout.extras["old_mean"], full_grads(method.backbone.transformer)
 
 
 @pytest.mark.slow
@@ -173,7 +135,7 @@ def test_two_sharded_ranks_equal_one_process():
         rollout = _scored_rollout(method)
         method.backbone.transformer.zero_grad(set_to_none=True)
         method.backward(rollout, torch.arange(len(rollout)), len(rollout))
-        single = _grads(method.backbone.transformer)
+        single = full_grads(method.backbone.transformer)
         ranks = run_distributed(_sharded_work, 2, overrides)
     finally:
         torch.set_num_threads(old_threads)

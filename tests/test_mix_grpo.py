@@ -21,6 +21,7 @@ from dist_utils import run_distributed
 from flash_toys import ToyBackbone
 from launcher.components import build
 from launcher.train.trainer import RunInfo, Trainer
+from method_checks import at_iteration, crash_and_resume, metrics_without_time
 from methods.advantages import compute_advantages
 from methods.dpm_solver import dpm_solver_pp_step
 from methods.losses import ppo_clip_loss
@@ -298,7 +299,7 @@ def _flash_method(parallelize=None) -> MixGRPO:
     return MixGRPO(OmegaConf.to_object(cfg.method), backbone)
 
 
-def _flash_grads(rank: int | None = None, world: int = 1):
+def _flashfull_grads(rank: int | None = None, world: int = 1):
     """The gradients of one update over a fixed scored rollout: every sample in one process, or rank ``rank``'s
     half on a 2-rank FSDP2 mesh (every rank samples the same rollout)."""
     shard = None
@@ -322,7 +323,7 @@ def _flash_grads(rank: int | None = None, world: int = 1):
 
 
 def _sharded_flash(rank, world):
-    return _flash_grads(rank, world)
+    return _flashfull_grads(rank, world)
 
 
 @pytest.mark.slow
@@ -330,7 +331,7 @@ def test_two_sharded_ranks_equal_one_process():
     old_threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        final, single = _flash_grads()
+        final, single = _flashfull_grads()
         ranks = run_distributed(_sharded_flash, 2)
     finally:
         torch.set_num_threads(old_threads)
@@ -340,11 +341,6 @@ def test_two_sharded_ranks_equal_one_process():
         assert grads.keys() == single.keys()
         for k, v in single.items():
             torch.testing.assert_close(grads[k], v, rtol=1e-4, atol=1e-7, msg=k)
-
-
-def _metrics(run_dir):
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 
 @pytest.mark.slow
@@ -362,26 +358,5 @@ def test_interrupted_run_resumes_bitwise_with_the_window_where_it_was(tmp_path):
             "model.lora_rank=4",
         ]
     )
-    ref = Trainer(cfg, RunInfo(run_dir=tmp_path / "ref"))
-    ref.fit()
-    broken = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    original = broken.train_step
-
-    def crash_after_2(step):
-        out = original(step)
-        if step == 2:
-            raise RuntimeError("simulated node failure")
-        return out
-
-    broken.train_step = crash_after_2
-    with pytest.raises(RuntimeError, match="simulated"):
-        broken.fit()
-    resumed = Trainer(cfg, RunInfo(run_dir=tmp_path / "run"))
-    assert resumed.start_step == 2 and int(resumed.method.iteration) == 2
-    resumed.fit()
-    rows = _metrics(tmp_path / "run")
-    assert rows == _metrics(tmp_path / "ref")
-    assert [r["mix/window_start"] for r in rows] == [0.0, 1.0, 2.0, 3.0]
-    mine = dict(resumed.backbone.transformer.named_parameters())
-    for k, v in ref.backbone.transformer.named_parameters():
-        assert torch.equal(v, mine[k]), k
+    crash_and_resume(cfg, tmp_path, on_resume=at_iteration(2))
+    assert [r["mix/window_start"] for r in metrics_without_time(tmp_path / "run")] == [0.0, 1.0, 2.0, 3.0]
