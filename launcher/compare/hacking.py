@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from launcher.compare import stats
-from launcher.compare.metric import EVAL_MEAN, SMOOTH_TRAINING
+from launcher.compare.metric import SMOOTH_TRAINING, eval_keys
 from launcher.compare.runs import REWARD, RunData
 from launcher.compare.stats import Estimate
 
@@ -69,11 +69,6 @@ def held_out_change(run: RunData, key: str) -> float:
     return float(y[-1] - y[0]) if len(y) >= 2 else float("nan")
 
 
-def held_out_keys(runs: list[RunData]) -> list[str]:
-    """Every ``eval/<name>/mean`` some of the runs logged."""
-    return sorted({k for r in runs for row in r.rows for k, v in row.items() if v is not None and EVAL_MEAN.match(k)})
-
-
 def changes(label: str, runs: list[RunData], keys: list[str], confidence: float) -> ScoreChanges:
     est = lambda values: stats.estimate(values, confidence)  # noqa: E731
     return ScoreChanges(
@@ -85,7 +80,7 @@ def changes(label: str, runs: list[RunData], keys: list[str], confidence: float)
 
 def all_changes(groups: list[GroupResult], confidence: float) -> list[ScoreChanges]:
     """Every group's changes; empty when no run logged a held-out score (nothing to set the training reward against)."""
-    keys = held_out_keys([r for g in groups for r in g.runs])
+    keys = eval_keys([r for g in groups for r in g.runs])
     return [changes(g.label, g.runs, keys, confidence) for g in groups] if keys else []
 
 
