@@ -1,7 +1,8 @@
 """Update time of MixGRPO against DanceGRPO at the paper's window, and MixGRPO-Flash's rollout against MixGRPO's,
 side by side in one process.
 
-Three trainers (the real loop of launcher/train/trainer.py) over the same tiny FLUX twin take turns step by step (the
+Three trainers (the real loop of launcher/train/trainer.py) over the same FLUX-class model (``--config``, default the
+benches' FLUX "small" at 64x64, docs/development.md#the-flux-small-configuration; ``tiny`` is the twin) take turns step by step (the
 order rotates every round), all with 25 sampling steps (the paper's FLUX setting): ``method=mix_grpo`` with its
 default window of 4 SDE steps, ``method=mix_grpo_flash`` (the same window, DPM-Solver++ on a grid compressed to 0.4
 after it), and ``method=dance_grpo`` with timestep_fraction 0.6 (floor(0.6 x 24) = 14 trained steps, the reference's
@@ -16,8 +17,9 @@ first window), and the step-time ratios of both against DanceGRPO (measured only
 Time is the process's CPU time by default (``--clock cpu``: with one torch thread, the work done, which other jobs
 on a shared machine do not inflate; as scripts/bench_jagg.py), or the trainer's wall-clock timers (``--clock wall``).
 
-    .venv/bin/python scripts/bench_mixgrpo.py --quick     # 3 rounds: ~2 CPU-min
+    .venv/bin/python scripts/bench_mixgrpo.py --quick     # 3 rounds
     .venv/bin/python scripts/bench_mixgrpo.py --rounds 8
+    .venv/bin/python scripts/bench_mixgrpo.py --config tiny  # the tiny twin: the update's fixed costs weigh more
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+from flux_bench_models import CONFIGS, model_folder  # noqa: E402
 from launcher.config import compose  # noqa: E402
 from launcher.train.trainer import RunInfo, Trainer  # noqa: E402
 from methods.mix_grpo_window import rollout_steps  # noqa: E402
@@ -43,11 +46,12 @@ from methods.mix_grpo_window import rollout_steps  # noqa: E402
 STEPS = 25  # the paper's FLUX sampling steps
 
 
-def trainer(method: str, extra: list[str], update_batch: int, run_dir: Path) -> Trainer:
+def trainer(method: str, extra: list[str], model: list[str], update_batch: int, run_dir: Path) -> Trainer:
     cfg = compose(
         [
             "experiment=smoke",
             "logger=none",
+            *model,
             f"method={method}",
             f"method.sampling_steps={STEPS}",
             f"method.update_batch={update_batch}",
@@ -97,17 +101,27 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--quick", action="store_true", help="3 rounds")
     p.add_argument("--update-batch", type=int, default=4)
+    p.add_argument("--config", choices=sorted(CONFIGS), default="small", help="the FLUX-class transformer")
+    p.add_argument("--size", type=int, default=64, help="image side in pixels (64 -> 256 image tokens)")
     p.add_argument("--clock", choices=["cpu", "wall"], default="cpu", help="CPU time (default) or wall-clock")
     args = p.parse_args()
     rounds = 3 if args.quick else args.rounds
     import torch
 
     torch.set_num_threads(1)
+    model = [
+        "model=tiny_flux",
+        f"model.path={model_folder(args.config)}",
+        f"model.height={args.size}",
+        f"model.width={args.size}",
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         runs = {
-            "mix": trainer("mix_grpo", [], args.update_batch, Path(tmp) / "mix"),
-            "flash": trainer("mix_grpo_flash", [], args.update_batch, Path(tmp) / "flash"),
-            "dance": trainer("dance_grpo", ["method.timestep_fraction=0.6"], args.update_batch, Path(tmp) / "dance"),
+            "mix": trainer("mix_grpo", [], model, args.update_batch, Path(tmp) / "mix"),
+            "flash": trainer("mix_grpo_flash", [], model, args.update_batch, Path(tmp) / "flash"),
+            "dance": trainer(
+                "dance_grpo", ["method.timestep_fraction=0.6"], model, args.update_batch, Path(tmp) / "dance"
+            ),
         }
         mix, flash, dance = runs["mix"], runs["flash"], runs["dance"]
         trained = (
@@ -134,6 +148,7 @@ def main() -> None:
     flash_ideal = rollout_fwd[0] / rollout_fwd[1]
     flash_measured = statistics.median(rollout_ratios)
     steps = {name: statistics.median(v) for name, v in step_ratios.items()}
+    print(f"model: FLUX {args.config} at {args.size}x{args.size}, update_batch {args.update_batch}")
     print(
         f"trained steps per sample: mix_grpo {trained[0]}, dance_grpo {trained[1]} ({STEPS} sampling steps, {args.clock} clock)"
     )
@@ -161,6 +176,8 @@ def main() -> None:
                 "rounds": rounds,
                 "update_batch": args.update_batch,
                 "clock": args.clock,
+                "config": args.config,
+                "size": args.size,
             }
         )
     )
