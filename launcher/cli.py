@@ -216,6 +216,9 @@ def main() -> None:
         sys.exit(plan_main(overrides))
     with completion_filter(args), hydra_cfg_resolved_in_context(args):
         _hydra_main()
+    local_sweep = sys.modules.get("launcher.cluster.local_sweep")
+    if local_sweep is not None and local_sweep.ran_points:
+        local_sweep.exit_without_teardown()
 
 
 if __name__ == "__main__":

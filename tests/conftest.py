@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -62,6 +63,30 @@ def slurm_reference(tmp_path_factory, twin_cache) -> Path:
 
 def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+def processes_with_env(marker: str) -> list[int]:
+    """The pids of this machine's processes whose environment holds ``marker`` (a ``NAME=value`` a test gave a command):
+    what the command left running after it exited, children and grandchildren alike."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:
+                pass  # ended meanwhile, or not ours to read
+    return found
+
+
+def run_leaving_pipes(cmd: list[str], folder: Path, env: dict, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``subprocess.run(cmd, capture_output=True, text=True)``, except that the output goes through files in
+    ``folder``: the call returns when the command exits, not when the last process holding its stdout does (a pipe's
+    reader waits for every writer, so a process the command left behind would go unseen)."""
+    out, err = folder / "cmd.stdout", folder / "cmd.stderr"
+    with out.open("w") as o, err.open("w") as e:
+        code = subprocess.run(cmd, cwd=ROOT, stdout=o, stderr=e, env=env, timeout=timeout).returncode
+    return subprocess.CompletedProcess(cmd, code, out.read_text(), err.read_text())
 
 
 def rewardflow_cmd() -> list[str]:

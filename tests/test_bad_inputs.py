@@ -7,11 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, compose, rewardflow_cmd
+from conftest import ROOT, compose, processes_with_env, rewardflow_cmd, run_leaving_pipes
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewards.tiny_twins import tiny_reward_overrides
@@ -154,7 +155,10 @@ def test_the_first_log_line_names_device_dtype_world_size_and_mesh(tmp_path):
 # ------------------------------------------------------------------------------------------------------ sweeps
 def test_a_local_sweep_with_a_bad_point_runs_nothing_and_names_every_bad_point(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = cli("-m", "method.clip_range=-1,0.0001", "trainer.steps=1,0", "logger=none", f"hydra.sweep.dir={sweep}")
+    marker = f"REWARDFLOW_TEST_MARK={uuid.uuid4().hex}"
+    args = ("-m", "method.clip_range=-1,0.0001", "trainer.steps=1,0", "logger=none", f"hydra.sweep.dir={sweep}")
+    env = {**os.environ, **dict([marker.split("=", 1)])}
+    proc = run_leaving_pipes([*rewardflow_cmd(), *args], tmp_path, env)
     assert_reported(
         proc,
         "3 of 4 sweep points cannot run, so none was started",
@@ -165,6 +169,7 @@ def test_a_local_sweep_with_a_bad_point_runs_nothing_and_names_every_bad_point(t
     )
     assert "point 2 " not in proc.stderr
     assert not sweep.exists()  # no job folder, not even the sweep's
+    assert not processes_with_env(marker)  # the fork server started while the points were checked was stopped
 
 
 def test_a_local_multi_sweep_with_a_bad_point_starts_no_rank(tmp_path):

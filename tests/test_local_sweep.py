@@ -9,11 +9,12 @@ import os
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, rewardflow_cmd
+from conftest import ROOT, processes_with_env, rewardflow_cmd, run_leaving_pipes
 from launcher.cluster import local_jobs
 from launcher.cluster.sweep_status import main as status_main
 
@@ -126,9 +127,13 @@ def test_cancel_one_point_the_others_go_on_and_the_sweep_prints_where_it_is(tmp_
 @pytest.mark.slow
 def test_parallel_points_run_side_by_side(tmp_path):
     sweep = tmp_path / "sweep"
-    proc = _sweep(["trainer.seed=0,1", "trainer.steps=2", "cluster.parallel=2"], sweep)
-    out, err = proc.communicate(timeout=300)
+    marker = f"REWARDFLOW_TEST_MARK={uuid.uuid4().hex}"
+    args = ["-m", *SMOKE, "trainer.seed=0,1", "trainer.steps=2", "cluster.parallel=2", f"hydra.sweep.dir={sweep}"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_SILENT": "true", **dict([marker.split("=", 1)])}
+    proc = run_leaving_pipes([*rewardflow_cmd(), *args], tmp_path, env)
+    out, err = proc.stdout, proc.stderr
     assert proc.returncode == 0, err[-3000:]
+    assert not processes_with_env(marker)  # the points' fork server ended with the sweep (it held the pipes open)
     first, second = local_jobs.read_jobs(sweep)["points"]
     assert first["state"] == second["state"] == "done"
     # overlapping lifetimes: each point started before the other ended

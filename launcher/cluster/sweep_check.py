@@ -188,8 +188,28 @@ def runs_on_this_host(config: DictConfig) -> bool:
     return "slurm" not in str(config.hydra.launcher.get("_target_", "")).lower()
 
 
+def runs_as_local_points(config: DictConfig) -> bool:
+    """Whether the sweep's points run through ``hydra/launcher=rewardflow_local`` (launcher/cluster/local_sweep.py),
+    i.e. from its fork server."""
+    return str(config.hydra.launcher.get("_target_", "")).endswith("LocalSweepLauncher")
+
+
 class SweepCheck(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        early = runs_as_local_points(config)
+        if early:  # the points' fork server imports torch while the points below are checked
+            from launcher.cluster.local_sweep import family_modules
+            from launcher.cluster.point_process import start_early, stop_server
+
+            start_early(list(family_modules(config)))
+        try:
+            self._check(config)
+        except BaseException:
+            if early:
+                stop_server()
+            raise
+
+    def _check(self, config: DictConfig) -> None:
         from launcher.cluster.slurm_launcher import launcher_contradictions
         from launcher.cluster.slurm_preflight import slurm_problem
 
