@@ -141,21 +141,13 @@ class FlowDPPO(FlowGRPO[FlowDPPOConfig]):
             rollout.extras["old_mean"] = means
 
     # -- loss -----------------------------------------------------------------------------------------------------
-    def step_loss(
-        self,
-        rollout: Rollout,
-        samples: torch.Tensor,
-        index: torch.Tensor,
-        velocity: torch.Tensor,
-        ref_velocity: torch.Tensor | None = None,
+    def transition_loss(
+        self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, log_prob: torch.Tensor, mean: torch.Tensor
     ):
-        """GRPO's per-sample loss with :func:`dppo_loss` as the policy term (it needs the transition's means)."""
-        x = rollout.latents[samples, index]
-        x_next = rollout.latents[samples, index + 1]
-        log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
+        """:func:`dppo_loss` as the policy term: it needs the transition's means, new and old."""
         assert rollout.log_probs is not None and rollout.advantages is not None and rollout.train_steps is not None
         column = (rollout.train_steps[samples] == index[:, None]).int().argmax(1)  # on the device: no sync
-        loss, stats = dppo_loss(
+        return dppo_loss(
             log_prob,
             rollout.log_probs[samples, index],
             rollout.advantages[samples],
@@ -164,12 +156,6 @@ class FlowDPPO(FlowGRPO[FlowDPPOConfig]):
             kl_sigma(self.sde, index, self.cfg.kl_std),
             float(self.cfg.kl_mask_threshold),
         )
-        self.first_update.add(stats["ratio"])
-        if ref_velocity is not None:
-            kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
-            loss = loss + self.kl_penalty(rollout, samples, kl)
-            stats["kl"] = kl.detach()
-        return loss, stats
 
     # -- state ----------------------------------------------------------------------------------------------------
     def end_step(self, step: int) -> None:

@@ -201,14 +201,22 @@ class GRPO(Method[GRPOConfigT]):
         x = rollout.latents[samples, index]
         x_next = rollout.latents[samples, index + 1]
         log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
-        assert rollout.log_probs is not None  # sample() records them
-        loss, stats = self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
+        loss, stats = self.transition_loss(rollout, samples, index, log_prob, mean)
         self.first_update.add(stats["ratio"])  # a no-op after the rollout's first optimizer step
         if ref_velocity is not None:
             kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
             loss = loss + self.kl_penalty(rollout, samples, kl)
             stats["kl"] = kl.detach()
         return loss, stats
+
+    def transition_loss(
+        self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, log_prob: torch.Tensor, mean: torch.Tensor
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Per-sample policy loss (m,) of transition ``index`` of ``samples`` from the policy's log-prob and mean of
+        it (differentiable), and its detached statistics. Default: :meth:`policy_loss` on the log-probs; methods whose
+        policy term needs the transition's means override this (GRPO-Guard, Flow-DPPO)."""
+        assert rollout.log_probs is not None  # sample() records them
+        return self.policy_loss(rollout, samples, log_prob, rollout.log_probs[samples, index])
 
     def policy_loss(
         self, rollout: Rollout, samples: torch.Tensor, log_prob: torch.Tensor, old_log_prob: torch.Tensor

@@ -105,21 +105,13 @@ class GRPOGuard(FlowGRPO[GRPOGuardConfig]):
         rollout.extras["old_mean"] = torch.stack(means, dim=1)  # (B, T, *latent): column j is step j
         return rollout
 
-    def step_loss(
-        self,
-        rollout: Rollout,
-        samples: torch.Tensor,
-        index: torch.Tensor,
-        velocity: torch.Tensor,
-        ref_velocity: torch.Tensor | None = None,
+    def transition_loss(
+        self, rollout: Rollout, samples: torch.Tensor, index: torch.Tensor, log_prob: torch.Tensor, mean: torch.Tensor
     ):
-        """GRPO's per-sample loss with :func:`guard_loss` as the policy term (it needs the transition's means)."""
-        x = rollout.latents[samples, index]
-        x_next = rollout.latents[samples, index + 1]
-        log_prob, mean = self.sde.log_prob(x_next, x, velocity, index)
+        """:func:`guard_loss` as the policy term: it needs the transition's means, new and old."""
         assert rollout.log_probs is not None and rollout.advantages is not None
         sqrt_dt = torch.sqrt(self.sde.sigma(index) - self.sde.table(index.device)[index + 1])
-        loss, stats = guard_loss(
+        return guard_loss(
             log_prob,
             rollout.log_probs[samples, index],
             rollout.advantages[samples],
@@ -132,9 +124,3 @@ class GRPOGuard(FlowGRPO[GRPOGuardConfig]):
             bool(self.cfg.ratio_norm),
             bool(self.cfg.grad_reweight),
         )
-        self.first_update.add(stats["ratio"])
-        if ref_velocity is not None:
-            kl = self.kl_term(mean, self.sde.mean_std(x, ref_velocity, index)[0], index)
-            loss = loss + self.kl_penalty(rollout, samples, kl)
-            stats["kl"] = kl.detach()
-        return loss, stats
