@@ -24,6 +24,7 @@ overrides that select them.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import torch
@@ -144,8 +145,16 @@ def materialize_tiny_rewards(cache_dir: str | Path | None = None, seed: int = 0)
     return materialize_folder("tiny_rewards", key, write, cache_dir, marker="done")
 
 
-def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[str]:
-    """Command-line overrides that point ``reward=<reward>`` (or the multi component at ``key``) at the twins."""
+#: reward=multi's components (conf/reward/multi.yaml): component name -> the reward option it composes
+MULTI_COMPONENTS = {"hps": "hps", "pickscore": "pickscore", "clip": "clip"}
+
+
+def tiny_reward_overrides(
+    root: Path, reward: str, key: str = "reward", components: Mapping[str, str] | None = None
+) -> list[str]:
+    """Command-line overrides that point ``reward=<reward>`` (or the multi component at ``key``) at the twins.
+    ``components`` (reward=multi only): component name -> its reward option, for a multi whose components differ from
+    conf/reward/multi.yaml's (a preset that adds one)."""
     if reward == "hps":
         return [f"{key}.path={root / 'hps'}", f"{key}.arch={root / 'hps' / (OPEN_CLIP_ARCH + '.json')}"]
     if reward == "pickscore":
@@ -160,9 +169,8 @@ def tiny_reward_overrides(root: Path, reward: str, key: str = "reward") -> list[
     if reward == "aesthetic":
         return [f"{key}.path={root / 'clip'}", f"{key}.head_path={root / 'aesthetic'}"]
     if reward == "multi":
-        return [
-            o for c in ("hps", "pickscore", "clip") for o in tiny_reward_overrides(root, c, f"{key}.components.{c}")
-        ]
+        parts = MULTI_COMPONENTS if components is None else components
+        return [o for n, c in parts.items() for o in tiny_reward_overrides(root, c, f"{key}.components.{n}")]
     return []
 
 

@@ -29,7 +29,8 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
     """Overrides that make ``group=option`` validate offline: preference rewards point at the tiny twins, prompt
     files at a local file (an experiment preset may name both)."""
     cfg = compose([f"{group}={option}"])
-    extra = tiny_reward_overrides(tiny_rewards, cfg.reward.name)
+    parts = {n: c.name for n, c in cfg.reward.components.items()} if cfg.reward.name == "multi" else None
+    extra = tiny_reward_overrides(tiny_rewards, cfg.reward.name, components=parts)
     if cfg.data.name == "file" or cfg.data.set is not None:  # a named set: a local copy of its split (no network)
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
