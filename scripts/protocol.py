@@ -139,7 +139,8 @@ def read_run(folder: Path) -> dict:
     if not points:
         raise SystemExit(f"{folder}: no evaluation rows in metrics.jsonl (eval.every must be > 0)")
     return {"method": str(cfg.method.name), "lr_scale": float(cfg.optimizer.lr_scale), "seed": int(cfg.trainer.seed),
-            "source": str(folder), "points": points}  # fmt: skip
+            "target": cfg.protocol.target, "margin": cfg.protocol.margin, "source": str(folder),
+            "points": points}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     where = str(work.resolve().relative_to(ROOT) if work.resolve().is_relative_to(ROOT) else work.resolve())
     if old is not None and {k: old.get(k) for k in design} == design and old["fixed"].get("work") == where:
         fixed = old["fixed"]  # a re-run of the same design: the target stays what it was fixed to
-        print(f"protocol.target = {fixed['target']} fixed at {fixed['fixed_at']} ({saved}); resuming the sweep")
+        print(f"protocol.target = {fixed['target']} was fixed at {fixed['fixed_at']} ({saved})")
+        if args.fix_only:
+            return 0
     else:
         fixed = {**fix(work, size, args.overrides), "work": where, "sweep_started_at": None}
         print(f"fixed before the runs: protocol.target = {fixed['rule']} = {fixed['target']}, margin {fixed['margin']}")

@@ -206,7 +206,8 @@ def stored(runs: list[Run], quick: bool = False, margin: float = 0.01) -> dict:
         "fixed": {"base_score": 0.5, "base_prompts": 8, "samples_per_prompt": 2, "rule": "0.5000 + 0.2 x (1 - 0.5000)",
                   "target": 0.6, "margin": margin, "pretrain_steps": 600, "fixed_at": "2026-12-05 22:00:00 UTC",
                   "sweep_started_at": "2026-12-05 22:01:00 UTC", "work": "/tmp/w"},
-        "runs": [{"method": r.method, "lr_scale": r.lr_scale, "seed": r.seed, "source": f"/tmp/w/{i}",
+        "runs": [{"method": r.method, "lr_scale": r.lr_scale, "seed": r.seed, "target": 0.6, "margin": margin,
+                  "source": f"/tmp/w/{i}",
                   "points": [[p.passes, p.device_s, p.val, p.test] for p in r.points]} for i, r in enumerate(runs)],
     }  # fmt: skip
 
@@ -292,3 +293,29 @@ def test_the_page_follows_the_stored_runs_not_the_code():
     before = page_of(data)
     data["runs"][0]["points"][-1][3] -= 0.3  # one seed of a ends far lower held out
     assert page_of(data) != before
+
+
+def test_the_target_is_fixed_once_before_the_runs_and_read_back_by_a_rerun(tmp_path, monkeypatch):
+    """scripts/protocol.py phase 1 stores the fixed settings in the results JSON before any run (``--fix-only`` stops
+    there); a re-run of the same design reads them back and fixes nothing anew; another design fixes its own."""
+    import protocol
+
+    calls = []
+
+    def fix(work, size, extra):
+        calls.append(list(extra))
+        return {"base_score": 0.5, "base_prompts": 8, "samples_per_prompt": 1, "rule": "0.5000 + 0.2 x (1 - 0.5000)",
+                "target": 0.6, "margin": 0.01, "pretrain_steps": size["pretrain_steps"], "fixed_at": protocol.now()}  # fmt: skip
+
+    def no_sweep(*args, **kwargs):
+        raise AssertionError("--fix-only runs no method")
+
+    monkeypatch.setattr(protocol, "fix", fix)
+    monkeypatch.setattr(protocol, "sweep", no_sweep)
+    args = ["--quick", "--fix-only", "--out", str(tmp_path), "--work", str(tmp_path / "work")]
+    assert protocol.main(args) == 0 and len(calls) == 1
+    saved = json.loads((tmp_path / "protocol_quick.json").read_text())
+    assert saved["fixed"]["target"] == 0.6 and saved["fixed"]["sweep_started_at"] is None and saved["runs"] == []
+    assert "before any method ran (`--fix-only`)" in (tmp_path / "protocol_quick.md").read_text()
+    assert protocol.main(args) == 0 and len(calls) == 1  # the same design: read back, not fixed again
+    assert protocol.main([*args, "eval.samples_per_prompt=2"]) == 0 and calls[-1] == ["eval.samples_per_prompt=2"]

@@ -92,6 +92,8 @@ def test_the_rule_from_interval_to_word():
 def test_the_comparison_protocol_page_and_blocks_come_from_its_stored_data(rendered):
     """docs/results/protocol.json (a full run) or protocol_quick.json (the quick form only) lies behind
     protocol[_quick].md and the protocol blocks of the README and docs/results.md; the README says which form ran."""
+    from protocol import TARGET_FRACTION
+
     results = ROOT / "docs" / "results"
     stored = [stem for stem in ("protocol", "protocol_quick") if (results / f"{stem}.json").exists()]
     assert stored, "no stored protocol data: run scripts/protocol.py (or --quick --out docs/results)"
@@ -103,6 +105,12 @@ def test_the_comparison_protocol_page_and_blocks_come_from_its_stored_data(rende
     if not full:
         assert "Only the quick form ran" in block and "its figures mean nothing" in block
     assert "<!-- protocol:begin -->" in rendered[ROOT / "docs" / "results.md"]
+    for stem in stored:  # fixed before the runs, and every run was given what was fixed
+        data = json.loads((results / f"{stem}.json").read_text())
+        fixed = data["fixed"]
+        assert fixed["target"] == round(fixed["base_score"] + TARGET_FRACTION * (1 - fixed["base_score"]), 4)
+        assert fixed["sweep_started_at"] is None or fixed["fixed_at"] <= fixed["sweep_started_at"]
+        assert all((r["target"], r["margin"]) == (fixed["target"], fixed["margin"]) for r in data["runs"])
 
 
 def test_a_changed_protocol_run_changes_its_page():

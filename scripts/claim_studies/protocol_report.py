@@ -109,6 +109,12 @@ def page(data: dict) -> str:
         if same
         else f" The runs' own step-0 held-out scores differ from it: {', '.join(f'{s:.4f}' for s in starts)}."
     )
+    settings = sorted({(r["target"], r["margin"]) for r in data["runs"]}, key=str)
+    head[-1] += (
+        f" Every run's config holds protocol.target = {fixed['target']:g} and protocol.margin = {fixed['margin']:g}."
+        if settings == [(fixed["target"], fixed["margin"])]
+        else f" **The runs' configs hold other settings**: (target, margin) {settings}."
+    )
     lines = [*head, "", INTERVALS, "", markdown(result, []).strip(), ""]
     lines += [
         f"## Each method against the baseline ({data['baseline']})",
