@@ -87,9 +87,20 @@ class TinyTwin:
     materialize: Callable[[str | None, int], Path]
 
     def __init__(self, cfg: Any, keep_reference: bool = False):
-        folder = cfg.path or str(type(self).materialize(cfg.cache_dir, cfg.seed))
+        folder = cfg.path or str(type(self).twin_folder(cfg))
         # the export names the twin by its recipe, not by this machine's cache path (models/export.py)
         self.twin_recipe = f"rewardflow tiny twin: model={cfg.name} " + (
-            f"model.seed={cfg.seed}" if not cfg.path else f"model.path=<{Path(cfg.path).name}>"
+            type(self).recipe_overrides(cfg) if not cfg.path else f"model.path=<{Path(cfg.path).name}>"
         )
         super().__init__(dataclasses.replace(cfg, path=folder), keep_reference)  # type: ignore[call-arg]
+
+    @classmethod
+    def twin_folder(cls, cfg: Any) -> Path:
+        """The folder of the twin ``cfg`` names, written on first use (a variant with more recipe keys overrides it:
+        models/tiny_flux_pretrained.py)."""
+        return cls.materialize(cfg.cache_dir, cfg.seed)
+
+    @classmethod
+    def recipe_overrides(cls, cfg: Any) -> str:
+        """The config keys that name this twin's recipe, as the export records them."""
+        return f"model.seed={cfg.seed}"

@@ -237,55 +237,24 @@ def bench_toy(args) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- 3. demo
-def pretrained_twin(steps: int, batch: int = 32, lr: float = 1e-3, seed: int = 0) -> dict | None:
-    """State dict of the tiny Flux twin's transformer after ``steps`` of flow-matching pre-training (cached).
+def pretrained_twin(steps: int) -> dict | None:
+    """State dict of the tiny Flux twin's transformer after ``steps`` of flow-matching pre-training: the transformer
+    of ``model=tiny_flux_pretrained model.pretrain_steps=<steps>`` (models/tiny_flux_pretrained.py, built once into
+    the cache). None for 0 steps (the random-weight twin).
 
     The twin ships a random transformer, whose velocity is not the flow-matching velocity of any law, so EAM's
     Tweedie terminal score ``(1 - delta)^2 / delta (v_pre((1 - delta) X_1) - X_1)`` is meaningless on it (norm ~1e3
-    against ``lambda |grad r|`` ~ 30). Here the transformer learns the twin VAE's latents of the synthetic colour images
-    (models/tiny_pretrain.py), paired with random demo prompts, so the pretrained model draws colours at random and the
-    colour reward tilts it towards the prompt's colour. Deterministic in ``seed``.
+    against ``lambda |grad r|`` ~ 30); the pre-trained one draws colours at random and the colour reward tilts it
+    towards the prompt's colour.
     """
     if steps <= 0:
         return None
-    from diffusers import FluxPipeline
+    from diffusers import FluxTransformer2DModel
 
-    from launcher.components import build
-    from models.tiny_pretrain import synthetic_colour_images
-    from models.twins import default_cache_dir
+    from models.tiny_flux_pretrained import materialize_tiny_flux_pretrained
 
-    cfg = compose(["model=tiny_flux"])
-    path = default_cache_dir() / f"bench_eam_fm_twin-s{steps}-b{batch}-lr{lr}-seed{seed}.pt"
-    if path.exists():
-        return torch.load(path)
-    bb = build(cfg.model, "model")
-    prompts = list(cfg.data.prompts)
-    g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(bb.trainable_parameters(), lr=lr)
-    size, vae = int(bb.height), bb.vae
-    t0 = time.time()
-    for step in range(steps):
-        with torch.no_grad():
-            z = vae.encode(synthetic_colour_images(batch, size, g)).latent_dist.mean
-            z = (z - vae.config.shift_factor) * vae.config.scaling_factor
-            x0 = FluxPipeline._pack_latents(z, batch, z.shape[1], z.shape[2], z.shape[3])
-        embeds = bb.encode_prompts([prompts[i] for i in torch.randint(len(prompts), (batch,), generator=g).tolist()])
-        sigma = torch.rand(batch, generator=g)
-        noise = torch.randn(x0.shape, generator=g)
-        s = sigma[:, None, None]
-        loss = ((bb.velocity((1 - s) * x0 + s * noise, sigma, embeds) - (noise - x0)) ** 2).mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if step % max(1, steps // 5) == 0 or step == steps - 1:
-            say(
-                f"   flow-matching pre-training of the twin: step {step}, loss {float(loss.detach()):.4f}, "
-                f"{time.time() - t0:.0f} s"
-            )
-    state = {k: v.detach().clone() for k, v in bb.transformer.state_dict().items()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(state, path)
-    return state
+    folder = materialize_tiny_flux_pretrained(steps=steps)
+    return dict(FluxTransformer2DModel.from_pretrained(folder / "transformer").state_dict())
 
 
 def load_twin(trainer, state: dict | None) -> None:

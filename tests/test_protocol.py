@@ -25,7 +25,8 @@ from protocol_select import CANNOT_RANK, Point, Run, select, summary  # noqa: E4
 def test_the_preset_composes_and_validates_for_every_method(method):
     cfg = compose(["experiment=protocol", f"method={method}"])
     validate(cfg)
-    assert cfg.protocol.target == 0.73 and cfg.protocol.margin == 0.01
+    assert cfg.protocol.target == 0.7122 and cfg.protocol.margin == 0.01
+    assert cfg.model.name == "tiny_flux_pretrained" and cfg.model.pretrain_steps == 600  # the pre-trained start
     assert cfg.eval.val_split == 4 and cfg.eval.every > 0
     assert cfg.optimizer.lr_scale == 1.0  # the grid multiplies each method's own rate; the preset leaves it
 
@@ -162,6 +163,7 @@ def test_training_logs_validation_scores_beside_the_held_out_ones_at_the_same_co
     cfg = compose(
         [
             "experiment=protocol",
+            "model.pretrain_steps=4",  # the pre-trained twin's folder, not its quality, is under test here
             *smoke,
             "logger=none",
             "trainer.export=false",
@@ -182,3 +184,138 @@ def test_training_logs_validation_scores_beside_the_held_out_ones_at_the_same_co
             k.startswith("time/wallclock") for k in r
         )
     assert evals[0]["time/eval_wallclock_s"] == 0.0
+
+
+# ------------------------------------------------------------------ the page, written from the stored data
+def stored(runs: list[Run], quick: bool = False, margin: float = 0.01) -> dict:
+    """scripts/protocol.py's JSON for ``runs``: the design, the settings fixed before them, the raw runs."""
+    methods = sorted({r.method for r in runs})
+    return {
+        "stem": "protocol_quick" if quick else "protocol",
+        "quick": quick,
+        "size": "quick" if quick else "full",
+        "methods": methods,
+        "lr_scales": sorted({r.lr_scale for r in runs}),
+        "seeds": sorted({r.seed for r in runs}),
+        "steps": 150,
+        "overrides": [],
+        "baseline": "b",
+        "command": "nice -n 10 .venv/bin/python scripts/protocol.py",
+        "machine": "x86_64, 2 CPUs",
+        "date": "2026-12-05",
+        "fixed": {"base_score": 0.5, "base_prompts": 8, "samples_per_prompt": 2, "rule": "0.5000 + 0.2 x (1 - 0.5000)",
+                  "target": 0.6, "margin": margin, "pretrain_steps": 600, "fixed_at": "2026-12-05 22:00:00 UTC",
+                  "sweep_started_at": "2026-12-05 22:01:00 UTC", "work": "/tmp/w"},
+        "runs": [{"method": r.method, "lr_scale": r.lr_scale, "seed": r.seed, "target": 0.6, "margin": margin,
+                  "source": f"/tmp/w/{i}",
+                  "points": [[p.passes, p.device_s, p.val, p.test] for p in r.points]} for i, r in enumerate(runs)],
+    }  # fmt: skip
+
+
+def page_of(data):
+    from claim_studies import protocol_report
+
+    return protocol_report.page(json.loads(json.dumps(data)))  # as read back from the file
+
+
+def test_the_page_names_each_claim_against_the_baseline_in_the_fixed_words():
+    from claim_studies.verdicts import VERDICTS
+
+    runs = []
+    for seed, e in enumerate(NOISE):
+        runs += [run("a", 1.0, seed, 0.8, 0.70 + e), run("b", 1.0, seed, 0.8, 0.60 + e / 2)]  # a: about +0.10
+        runs += [run("c", 1.0, seed, 0.8, 0.60 + 10 * e)]  # c: level with b within its noise
+    text = page_of(stored(runs))
+    assert (
+        "protocol.target = 0.5000 + 0.2 x (1 - 0.5000) = **0.6000**" in text and "fixed at 2026-12-05 22:00:00" in text
+    )
+    assert "95 % Student t over seeds" in text and "Holm-corrected" in text
+    assert re.search(r"\| a \| \+0\.1001 \[\+0\.09\d\d, \+0\.10\d\d\] \| [^|]+ \| \*\*reproduced\*\* \|", text)
+    assert re.search(r"\| c \| [^|]+ \| [^|]+ \| \*\*not shown\*\* \|", text)
+    words = set(re.findall(r"\*\*(reproduced|not shown|inconclusive|refuted|[a-z ]+)\*\* \|", text))
+    assert words <= set(VERDICTS)
+    assert "## Each method against the baseline (b)" in text and "method - b" in text
+
+
+def test_fewer_than_five_seeds_is_inconclusive_and_a_small_gain_refutes_the_margin():
+    few = [
+        r
+        for seed, e in enumerate(NOISE[:2])
+        for r in (run("a", 1.0, seed, 0.8, 0.9 + e), run("b", 1.0, seed, 0.8, 0.6 + e))
+    ]
+    assert "**inconclusive** | 2 paired seeds (< 5)" in page_of(stored(few, quick=True))
+    small = [
+        r
+        for seed, e in enumerate(NOISE)
+        for r in (run("a", 1.0, seed, 0.8, 0.702 + e), run("b", 1.0, seed, 0.8, 0.70 + e / 2))
+    ]
+    assert re.search(r"\| a \| \+0\.0021 \[[^]]+\] \| [^|]+ \| \*\*refuted\*\* \|", page_of(stored(small)))
+
+
+def test_nothing_clears_the_margin_says_cannot_rank_the_methods():
+    runs = [
+        r
+        for seed, e in enumerate(NOISE)
+        for r in (run("a", 1.0, seed, 0.8, 0.70 + 10 * e), run("b", 1.0, seed, 0.8, 0.70 - 10 * e))
+    ]
+    assert "**Cannot rank the methods**" in page_of(stored(runs))
+
+
+def test_the_readme_block_says_when_only_the_quick_form_ran():
+    from claim_studies import protocol_report
+
+    quick = stored(
+        [r for seed in (0, 1) for r in (run("a", 1.0, seed, 0.8, 0.7), run("b", 1.0, seed, 0.8, 0.7))], quick=True
+    )
+    block = protocol_report.readme_block(None, quick)
+    assert block.startswith("**No full run of the comparison protocol exists yet** (75 runs;")
+    assert "Only the quick form ran" in block and "its figures mean nothing" in block
+    assert "protocol_quick.md" in block
+    assert protocol_report.readme_block(None, None).endswith("`nice -n 10 .venv/bin/python scripts/protocol.py`.")
+    full = stored(
+        [
+            r
+            for seed, e in enumerate(NOISE)
+            for r in (run("a", 1.0, seed, 0.8, 0.8 + e), run("b", 1.0, seed, 0.8, 0.7 + e))
+        ]
+    )
+    block = protocol_report.readme_block(full, quick)
+    assert "No full run" not in block and "a > b" in block and "docs/results/protocol.md" in block
+
+
+def test_the_page_follows_the_stored_runs_not_the_code():
+    runs = [
+        r
+        for seed, e in enumerate(NOISE)
+        for r in (run("a", 1.0, seed, 0.8, 0.8 + e), run("b", 1.0, seed, 0.8, 0.7 + e))
+    ]
+    data = stored(runs)
+    before = page_of(data)
+    data["runs"][0]["points"][-1][3] -= 0.3  # one seed of a ends far lower held out
+    assert page_of(data) != before
+
+
+def test_the_target_is_fixed_once_before_the_runs_and_read_back_by_a_rerun(tmp_path, monkeypatch):
+    """scripts/protocol.py phase 1 stores the fixed settings in the results JSON before any run (``--fix-only`` stops
+    there); a re-run of the same design reads them back and fixes nothing anew; another design fixes its own."""
+    import protocol
+
+    calls = []
+
+    def fix(work, size, extra):
+        calls.append(list(extra))
+        return {"base_score": 0.5, "base_prompts": 8, "samples_per_prompt": 1, "rule": "0.5000 + 0.2 x (1 - 0.5000)",
+                "target": 0.6, "margin": 0.01, "pretrain_steps": size["pretrain_steps"], "fixed_at": protocol.now()}  # fmt: skip
+
+    def no_sweep(*args, **kwargs):
+        raise AssertionError("--fix-only runs no method")
+
+    monkeypatch.setattr(protocol, "fix", fix)
+    monkeypatch.setattr(protocol, "sweep", no_sweep)
+    args = ["--quick", "--fix-only", "--out", str(tmp_path), "--work", str(tmp_path / "work")]
+    assert protocol.main(args) == 0 and len(calls) == 1
+    saved = json.loads((tmp_path / "protocol_quick.json").read_text())
+    assert saved["fixed"]["target"] == 0.6 and saved["fixed"]["sweep_started_at"] is None and saved["runs"] == []
+    assert "before any method ran (`--fix-only`)" in (tmp_path / "protocol_quick.md").read_text()
+    assert protocol.main(args) == 0 and len(calls) == 1  # the same design: read back, not fixed again
+    assert protocol.main([*args, "eval.samples_per_prompt=2"]) == 0 and calls[-1] == ["eval.samples_per_prompt=2"]

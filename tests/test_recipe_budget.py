@@ -27,7 +27,7 @@ def recipe(method: str) -> dict:
 
 
 def test_the_real_families_and_the_cpu_models_are_the_model_options():
-    assert REAL_MODELS == ["flux", "qwenimage", "sd35m", "wan2.1"] and len(CPU_MODELS) == 5
+    assert REAL_MODELS == ["flux", "qwenimage", "sd35m", "wan2.1"] and len(CPU_MODELS) == 6
 
 
 @pytest.mark.parametrize("model,method", itertools.product(REAL_MODELS, group_options("method")))

@@ -87,3 +87,40 @@ def test_the_rule_from_interval_to_word():
     assert from_interval(float("nan"), float("nan")) == NOT_SHOWN
     assert agreed([REPRODUCED, REPRODUCED]) == REPRODUCED
     assert agreed([REPRODUCED, NOT_SHOWN]) == INCONCLUSIVE
+
+
+def test_the_comparison_protocol_page_and_blocks_come_from_its_stored_data(rendered):
+    """docs/results/protocol.json (a full run) or protocol_quick.json (the quick form only) lies behind
+    protocol[_quick].md and the protocol blocks of the README and docs/results.md; the README says which form ran."""
+    from protocol import TARGET_FRACTION
+
+    results = ROOT / "docs" / "results"
+    stored = [stem for stem in ("protocol", "protocol_quick") if (results / f"{stem}.json").exists()]
+    assert stored, "no stored protocol data: run scripts/protocol.py (or --quick --out docs/results)"
+    for stem in stored:
+        assert results / f"{stem}.md" in rendered
+    block = rendered[ROOT / "README.md"].split("<!-- protocol:begin -->")[1].split("<!-- protocol:end -->")[0]
+    full = (results / "protocol.json").exists() and json.loads((results / "protocol.json").read_text())["runs"]
+    assert ("No full run of the comparison protocol exists yet" in block) != bool(full)
+    if not full:
+        assert "Only the quick form ran" in block and "its figures mean nothing" in block
+    assert "<!-- protocol:begin -->" in rendered[ROOT / "docs" / "results.md"]
+    for stem in stored:  # fixed before the runs, and every run was given what was fixed
+        data = json.loads((results / f"{stem}.json").read_text())
+        fixed = data["fixed"]
+        assert fixed["target"] == round(fixed["base_score"] + TARGET_FRACTION * (1 - fixed["base_score"]), 4)
+        assert fixed["sweep_started_at"] is None or fixed["fixed_at"] <= fixed["sweep_started_at"]
+        assert all((r["target"], r["margin"]) == (fixed["target"], fixed["margin"]) for r in data["runs"])
+
+
+def test_a_changed_protocol_run_changes_its_page():
+    """The protocol page is recomputed from the stored runs: one seed's held-out score changed, another page."""
+    from claim_studies import protocol_report
+
+    results = ROOT / "docs" / "results"
+    stored = [json.loads((results / f"{s}.json").read_text()) for s in ("protocol", "protocol_quick")
+              if (results / f"{s}.json").exists()]  # fmt: skip
+    data = next(d for d in stored if d["runs"])  # the full form's once it ran, the quick form's until then
+    before = protocol_report.page(data)
+    data["runs"][0]["points"][-1][3] += 0.25
+    assert protocol_report.page(data) != before

@@ -20,6 +20,7 @@ VAE_FRAMES = 4  # Wan's frames per latent frame
 FAMILY_OF_MODULE = {
     "models.flux": "flux",
     "models.tiny_flux": "flux",
+    "models.tiny_flux_pretrained": "flux",
     "models.sd3": "sd3",
     "models.tiny_sd3": "sd3",
     "models.qwenimage": "qwenimage",
@@ -27,7 +28,13 @@ FAMILY_OF_MODULE = {
     "models.wan": "wan",
     "models.tiny_wan": "wan",
 }
-TINY_TWINS = {"models.tiny_flux", "models.tiny_sd3", "models.tiny_qwenimage", "models.tiny_wan"}
+TINY_TWINS = {
+    "models.tiny_flux",
+    "models.tiny_flux_pretrained",
+    "models.tiny_sd3",
+    "models.tiny_qwenimage",
+    "models.tiny_wan",
+}
 #: published parameter counts of the frozen companions (model cards; the sum of the checkpoints' tensors)
 TEXT_ENCODER_PARAMS = {
     "flux": 123.1e6 + 4.762e9,  # CLIP-L text + T5-XXL encoder

@@ -1,6 +1,7 @@
 """Every results page written from the stored study data (issue 25 item 6): each ``docs/results/<study>.md`` and its
 JSON's derived keys (verdict, summary, statistics, recomputed from its ``raw`` data with today's statistics),
-``docs/results/index.md``, and the marked blocks of ``README.md`` and ``docs/results.md`` (between
+``docs/results/index.md``, the comparison protocol's page (``protocol.md`` / ``protocol_quick.md`` from their JSON:
+claim_studies/protocol_report.py), and the marked blocks of ``README.md`` and ``docs/results.md`` (``claims`` and ``protocol``, between
 ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->``). :func:`render` builds them in memory, so a test can compare them
 with the files (a hand edit or a stale figure fails it); :func:`write` writes them and the study plots.
 
@@ -14,6 +15,7 @@ import json
 import math
 from pathlib import Path
 
+from claim_studies import protocol_report
 from claim_studies.common import ROOT, StudyResult, table
 from claim_studies.verdicts import definitions_md
 
@@ -184,12 +186,32 @@ def render(out: Path = ROOT / "docs" / "results") -> tuple[dict[Path, str], dict
             close(confirm.figures)  # not drawn: the first run's page shows the confirmation as a table
             files[out / f"{CONFIRMATIONS[name]}.json"] = study_json(confirm, saved["meta"])
     files[out / "index.md"] = index_md(found)
+    protocol = {}  # the comparison protocol's stored runs: the full form's and the quick form's
+    for quick in (False, True):
+        path = out / f"{protocol_stem(quick)}.json"
+        if path.exists():
+            protocol[quick] = json.loads(path.read_text())
+            files[out / f"{protocol_stem(quick)}.md"] = protocol_report.page(protocol[quick])
     if out.resolve() == (ROOT / "docs" / "results").resolve():  # the repository's own pages
-        block = claims_block(found)
+        blocks = {
+            "claims": claims_block(found),
+            "protocol": protocol_report.readme_block(protocol.get(False), protocol.get(True)),
+        }
         for page, fix_links in ((ROOT / "README.md", False), (ROOT / "docs" / "results.md", True)):
-            body = block.replace("](docs/results/", "](results/") if fix_links else block
-            files[page] = replace_block(page.read_text(), "claims", body)
+            text = page.read_text()
+            for name, block in blocks.items():
+                text = replace_block(
+                    text,
+                    name,
+                    block.replace("](docs/results/", "](results/").replace("](docs/", "](") if fix_links else block,
+                )
+            files[page] = text
     return files, figures
+
+
+def protocol_stem(quick: bool) -> str:
+    """The comparison protocol's files in docs/results: ``protocol`` (the full or 2h form), ``protocol_quick``."""
+    return protocol_report.STEMS[quick]
 
 
 def close(figures: dict) -> None:
