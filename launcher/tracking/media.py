@@ -21,9 +21,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a sample is written: the loggers import this module without it
+    import torch
 
 #: the file listing a folder's samples (one JSON row per file)
 INDEX = "samples.jsonl"
@@ -64,6 +65,8 @@ class MediaFile:
 
 def to_uint8(sample: torch.Tensor) -> torch.Tensor:
     """A sample in [0, 1] as uint8 on the CPU (a video keeps its frames)."""
+    import torch
+
     return (sample.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
 
 
@@ -86,6 +89,7 @@ def caption(prompt: str, scores: dict[str, float]) -> str:
 def save_sample(sample: torch.Tensor, stem: Path, fps: int | None) -> Path:
     """Write one sample (float in [0, 1], or uint8) as ``<stem>.png``, or a video as ``<stem>.gif`` at ``fps``
     frames per second; return the file's path. ``fps`` is needed for a video only."""
+    import torch
     from PIL import Image
 
     pixels = sample if sample.dtype == torch.uint8 else to_uint8(sample)
