@@ -10,10 +10,12 @@ arguments it scores the demo's base model on the demo's held-out prompts.
 A source's evaluation step is what the training run would call it: 0 for the base model, ``N + 1`` for the
 checkpoint ``step_<N>`` (the weights after N + 1 training steps), 0 for an export (which records no step). Each
 source's row (``step``, ``eval/<reward>/mean|std``, ``time/*``) goes to ``metrics.jsonl`` and W&B (job type ``eval``),
-and ``eval.json`` in the run dir gathers them with what was scored and how (docs/evaluation.md).
+and ``eval.json`` in the run dir gathers them with what was scored and how (docs/evaluation.md); each source's
+samples are in ``samples/eval_<step>.png`` (the grid) and ``samples/eval_<step>/`` (one file each).
 
 Under ``cluster=slurm`` / ``local_multi`` it runs like a training job: every rank builds the model (sharded with
-FSDP as training shards it) and samples its share of the (prompt, sample) pairs.
+FSDP as training shards it), samples its share of the (prompt, sample) pairs and writes their files; rank 0 gathers
+the scores and writes the rest.
 """
 
 from __future__ import annotations
@@ -143,6 +145,8 @@ def _evaluate(cfg: DictConfig, run_dir: Path, sources: list[tuple[str, Path | No
                 "ema": use_ema,
                 **({"export": export_info} if kind == "export" else {}),
                 "metrics": {k: v for k, v in row.items() if k.startswith(("eval/", "val/"))},
+                # its first eval.log_samples samples, one file each, and their samples.jsonl (none: eval.log_samples=0)
+                "samples": str(evaluator.media_dir(step).relative_to(run_dir)) if evaluator.media_count else None,
                 "time/eval_s": row["time/eval_s"],
             }
         )

@@ -26,6 +26,7 @@ class WanModelConfig(DiffusersModelConfig):
     height: int = 480
     width: int = 832
     num_frames: int = 81  # 4k + 1; DanceGRPO: 1 (an image)
+    fps: int = 16  # frames per second of the videos a run writes and logs (Wan2.1's; docs/wandb.md#samples-and-videos)
     guidance_scale: float = 4.5  # true CFG (one batch-2 forward); <= 1 turns it off. 4.5 is the Flash-GRPO
     # recipe these defaults follow; WanPipeline's own default is 5.0
     negative_prompt: str = ""
@@ -56,6 +57,7 @@ class WanModelConfig(DiffusersModelConfig):
             "model.num_frames",
             f"must be {tf}k + 1 for this VAE (e.g. 1, {tf + 1}, 81; got {n})",
         )
+        errors.require(cfg.model.fps >= 1, "model.fps", f"must be >= 1 (got {cfg.model.fps}). Fix: model.fps=16")
 
 
 SCHEMAS = {"model": {"wan2.1": WanModelConfig}}

@@ -102,3 +102,48 @@ def test_an_eval_config_error_names_the_key_before_torch(args, key, tmp_path):
     assert "Traceback" not in proc.stderr
     assert not imported(proc.stderr) & set(HEAVY), "the config error path imported torch or diffusers"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompts.txt"]  # no run folder
+
+
+# 5 held-out prompts over 2 ranks (3 and 2, one padded), in batches of 2; one thread per process, as the ranks have
+SHARDED = [
+    "experiment=smoke",
+    "logger=none",
+    "trainer.threads=1",
+    "eval.samples_per_prompt=1",
+    "eval.batch_size=2",
+    "eval.prompts=[a red car,a green flower,a blue circle,a yellow square,a white cat]",
+    "+reward@eval.rewards.jpeg=jpeg",
+]
+
+
+def _eval_ranks(rank, world, run_dir):
+    from launcher.evaluate_cli import run as evaluate
+
+    cfg = compose(SHARDED, config_name="evaluate")
+    # the ranks are spawned here (tests/dist_utils.py), not by submitit: cluster=local with the multi-rank keys
+    cfg.cluster = compose(["cluster=local_multi"], config_name="evaluate").cluster
+    cfg.cluster.name = "local"
+    return evaluate(cfg, run_dir)
+
+
+@pytest.mark.slow
+def test_the_eval_command_shards_prompts_over_two_ranks_and_scores_as_one_process(tmp_path):
+    """rewardflow-eval under 2 gloo ranks (FSDP2): each rank samples its share of the (prompt, sample) pairs and
+    writes its share of the sample files; eval.json holds, bit for bit, the scores of one process (same weights, same
+    noise per pair, each pair's computation the same on either side), and the same sample files."""
+    from dist_utils import run_distributed
+    from launcher.evaluate_cli import RESULTS_FILE
+    from launcher.evaluate_cli import run as evaluate
+
+    single = evaluate(compose(SHARDED, config_name="evaluate"), tmp_path / "single")  # also builds the twin
+    ranks = run_distributed(_eval_ranks, 2, tmp_path / "two", timeout=600)
+    written = json.loads((tmp_path / "two" / RESULTS_FILE).read_text())
+    assert written == json.loads(json.dumps(ranks[0]))  # rank 0 wrote what every rank returns
+    assert [r["metrics"] for r in ranks[1]["results"]] == [r["metrics"] for r in ranks[0]["results"]]  # gathered
+    assert (single["world_size"], written["world_size"]) == (1, 2)
+    assert [r["metrics"] for r in written["results"]] == [r["metrics"] for r in single["results"]]  # float equality
+    assert set(single["results"][0]["metrics"]) == {f"eval/{r}/{s}" for r in ("color", "jpeg") for s in ("mean", "std")}
+    one, two = (tmp_path / "single" / "samples" / "eval_00000", tmp_path / "two" / "samples" / "eval_00000")
+    names = sorted(p.name for p in one.iterdir())
+    assert len(names) == 6 and names == sorted(p.name for p in two.iterdir())  # 5 PNGs and samples.jsonl
+    assert all((one / n).read_bytes() == (two / n).read_bytes() for n in names)

@@ -56,7 +56,13 @@ def test_each_method_trains_and_logs_every_metric(method, tmp_path):
     wall = [r["time/wallclock_s"] for r in rows]
     assert wall == sorted(wall) and rows[-1]["time/gpu_hours"] == pytest.approx(wall[-1] / 3600)
     assert (tmp_path / "reward_curve.png").stat().st_size > 1000
-    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_00000.png", "step_00002.png"]
+    # each step's grid, and its samples one file each (tests/test_media.py)
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == [
+        "step_00000",
+        "step_00000.png",
+        "step_00002",
+        "step_00002.png",
+    ]
 
 
 TINY_TWINS = list(NAMES)  # every family's twin; weight variants such as tiny_flux_pretrained share tiny_flux's classes

@@ -59,6 +59,7 @@ MAY_CHANGE_ON_RESUME: tuple[str, ...] = (
     "task_name",
     "output_root",
     "model.device",
+    "model.fps",  # the frame rate of the videos a run writes (what it reports)
     "model.cache_dir",  # where built tiny twins are cached
     "model.allow_cpu",
     "model.compile",

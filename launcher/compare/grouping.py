@@ -23,7 +23,7 @@ DEFAULT_BY = ("method.name",)
 CONTEXT_KEYS = ("model.name", "reward.name", "data.name")
 # Config keys that differ between the seeds of one setting without changing what is trained: the seed itself,
 # logging and output places, progress display, the cluster that ran it (its cost is on the compute axes), resuming,
-# how often it evaluates (evaluation never changes training).
+# how often it evaluates (evaluation never changes training), how many samples and at which frame rate it shows.
 IGNORED = (
     "trainer.seed",
     "trainer.progress",
@@ -39,12 +39,14 @@ IGNORED = (
     "cluster.*",
     "hydra.*",
     "eval.every",
+    "eval.log_samples",
+    "model.fps",
 )
 # The held-out evaluation is one ruler only if every run evaluates the same way: same prompts, samples, sampler
-# steps, guidance, rewards. How often it evaluates, and whether it evaluates EMA weights (a training choice), may
-# differ.
+# steps, guidance, rewards. How often it evaluates, whether it evaluates EMA weights (a training choice) and how many
+# of its samples it shows may differ.
 RULER = "eval.*"
-RULER_FREE = ("eval.every", "eval.use_ema")
+RULER_FREE = ("eval.every", "eval.use_ema", "eval.log_samples")
 
 
 @dataclass

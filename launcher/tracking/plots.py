@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-
-@contextlib.contextmanager
-def _written_whole(path: Path) -> Iterator[Path]:
-    """Yield a temporary name to write ``path`` under; it replaces ``path`` only once written whole, so a full disk
-    or a read-only folder never leaves a 0-byte or half-written file behind."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+from launcher.tracking.media import display_scale, written_whole
 
 
 def sample_order(n: int, group_size: int) -> list[int]:
@@ -36,12 +23,12 @@ def save_image_grid(images: torch.Tensor, path: str | Path, nrow: int = 4) -> Pa
     if images.dim() == 5:
         images = images[:, images.shape[1] // 2]
     images = images.detach().float().cpu().clamp(0, 1)
-    scale = max(1, 128 // images.shape[-1])
+    scale = display_scale(images.shape[-1])
     if scale > 1:
         images = torch.nn.functional.interpolate(images, scale_factor=scale, mode="nearest")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _written_whole(path) as tmp:
+    with written_whole(path) as tmp:
         save_image(make_grid(images, nrow=nrow, padding=2, pad_value=1.0), tmp, format="png")
     return path
 
@@ -77,7 +64,7 @@ def plot_reward_curve(history: list[dict], path: str | Path, title: str = "", ev
     fig.tight_layout()
     path = Path(path)
     try:
-        with _written_whole(path) as tmp:
+        with written_whole(path) as tmp:
             fig.savefig(tmp, dpi=110, format="png")
     finally:
         plt.close(fig)

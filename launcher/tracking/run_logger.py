@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from launcher.tracking.media import MediaFile
 from launcher.tracking.metric_names import is_evaluation_row
 from rewardflow.jsonl import read_rows
 
@@ -118,11 +119,23 @@ class RunLogger:
         self._send(row)
 
     def log_image(self, key: str, path: Path, step: int, caption: str = "") -> None:
+        self._log_media(key, step, "log_image", key, path, step, caption)
+
+    def log_media(self, key: str, files: list[MediaFile], step: int) -> None:
+        """One image or video per sample (launcher/tracking/media.py), each captioned, under ``key``."""
+        self._log_media(key, step, "log_media", key, files, step)
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """A table of samples (a :class:`launcher.tracking.media.MediaFile` cell is shown as its image or video)."""
+        self._log_media(key, step, "log_table", key, columns, rows, step)
+
+    def _log_media(self, key: str, step: int, call: str, *args: Any) -> None:
+        """Media go to the dashboard only (the files are in the run dir), once per step, and never stop training."""
         if self.backend is not None and self.enabled and step > self.last_logged_step:
             try:
-                self.backend.log_image(key, path, step, caption)
+                getattr(self.backend, call)(*args)
             except Exception as e:  # noqa: BLE001
-                log.warning("could not log image %s to the dashboard (%s)", path, e)
+                log.warning("could not log %s of step %d to the dashboard (%s: %s)", key, step, type(e).__name__, e)
 
     def finish(self, exit_code: int = 0) -> None:
         if self.backend is not None:

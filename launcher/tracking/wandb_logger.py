@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from launcher.tracking.media import MediaFile
 from launcher.tracking.wandb_logger_config import WandbLoggerConfig, WandbMode
 from rewardflow.errors import ConfigError
 
@@ -192,6 +193,24 @@ class WandbLogger:
     def log_image(self, key: str, path: str | Path, step: int, caption: str = "") -> None:
         if self.log_images_enabled:
             self.run.log({key: self._wandb.Image(str(path), caption=caption)}, step=step)
+
+    def _medium(self, media: MediaFile):
+        """A written sample as W&B shows it: a ``wandb.Video`` for a video file (played as written, at its own frame
+        rate), else a ``wandb.Image``; captioned."""
+        if media.video:
+            return self._wandb.Video(str(media.path), caption=media.caption)
+        return self._wandb.Image(str(media.path), caption=media.caption)
+
+    def log_media(self, key: str, files: list[MediaFile], step: int) -> None:
+        """One image or video per sample under ``key``, each with its own caption (docs/wandb.md#samples-and-videos)."""
+        if self.log_images_enabled and files:
+            self.run.log({key: [self._medium(f) for f in files]}, step=step)
+
+    def log_table(self, key: str, columns: list[str], rows: list[list[Any]], step: int) -> None:
+        """A ``wandb.Table`` under ``key``; a :class:`MediaFile` cell becomes its image or video."""
+        if self.log_images_enabled and rows:
+            data = [[self._medium(c) if isinstance(c, MediaFile) else c for c in row] for row in rows]
+            self.run.log({key: self._wandb.Table(columns=columns, data=data)}, step=step)
 
     def finish(self, exit_code: int = 0) -> None:
         self.run.finish(exit_code=exit_code)

@@ -1,4 +1,5 @@
-"""Read an offline W&B run (``run-<id>.wandb``) back: history rows, config, summary and metric definitions.
+"""Read an offline W&B run (``run-<id>.wandb``) back: history rows, config, summary, metric definitions and the
+artifacts it logged (a ``wandb.Table`` is one: its JSON and its images are files W&B stages outside the run folder).
 
 wandb 0.31 ships no reader for these files; the format is a LevelDB-log-framed stream of
 ``wandb.proto.wandb_internal_pb2.Record`` (docs/development.md#wb-offline-files). Used by tests and by the compare
@@ -18,6 +19,17 @@ _HEADER = 7
 
 
 @dataclass
+class OfflineArtifact:
+    """An artifact record: ``files`` maps each entry's path in the artifact to the local file W&B staged for it (in
+    its data dir, ``WANDB_DATA_DIR``; ``wandb sync`` uploads it from there)."""
+
+    name: str
+    type: str
+    client_id: str
+    files: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
 class OfflineRun:
     path: Path
     run_id: str = ""
@@ -30,9 +42,17 @@ class OfflineRun:
     summary: dict = field(default_factory=dict)
     metrics: list[dict] = field(default_factory=list)  # define_metric records
     exit_code: int | None = None  # the exit record's (None: the run was never finished)
+    artifacts: list[OfflineArtifact] = field(default_factory=list)
 
     def series(self, key: str) -> list:
         return [row[key] for row in self.history if key in row]
+
+    def table(self, artifact_path: str) -> tuple[dict, OfflineArtifact]:
+        """The JSON of a logged ``wandb.Table`` and its artifact, from the ``<key>/artifact_path`` its history row
+        holds (``wandb-client-artifact://<client id>/<file>``); a media cell's ``path`` is a key of its ``files``."""
+        client_id, _, name = artifact_path.removeprefix("wandb-client-artifact://").partition("/")
+        (artifact,) = [a for a in self.artifacts if a.client_id == client_id]
+        return json.loads(Path(artifact.files[name]).read_text()), artifact
 
 
 def iter_records(path: str | Path) -> Iterator[bytes]:
@@ -97,6 +117,10 @@ def read_offline_run(path: str | Path) -> OfflineRun:
             run.metrics.append({"name": m.name, "glob_name": m.glob_name, "step_metric": m.step_metric})
         elif kind == "exit":
             run.exit_code = int(rec.exit.exit_code)
+        elif kind == "artifact":
+            a = rec.artifact
+            staged = {e.path: e.local_path for e in a.manifest.contents}
+            run.artifacts.append(OfflineArtifact(a.name, a.type, a.client_id, staged))
         elif kind == "run":
             r = rec.run
             run.run_id, run.project, run.group, run.name = r.run_id, r.project, r.run_group, r.display_name

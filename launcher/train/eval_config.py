@@ -28,6 +28,10 @@ class EvalConfig:
     rewards: dict[str, Any] = field(default_factory=dict)  # also scored: +reward@eval.rewards.clip=clip
     use_ema: bool = False  # evaluate the EMA weights (needs trainer.ema_decay > 0)
     batch_size: int = 8  # samples per sampler batch on each rank
+    # the first N evaluated samples (every prompt's first sample first) written one file each to
+    # samples/eval_<k>/ and logged as the rows of a W&B table (docs/evaluation.md#what-a-run-logs); 0 = none. Bounded
+    # because a named set is large (GenEval: 553 prompts x 4 samples per evaluation)
+    log_samples: int = 64
 
     @classmethod
     def check(cls, cfg: Any, errors: ConfigErrors) -> None:
@@ -35,7 +39,7 @@ class EvalConfig:
         imported); the prompts, the model's guidance and the rewards on the held-out prompts are checked by
         :meth:`launcher.train.evaluation.Evaluator.check`. ``cfg`` is the run's typed config."""
         e = cfg.eval
-        for key in ("every", "split", "val_split"):
+        for key in ("every", "split", "val_split", "log_samples"):
             errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
         errors.require(
             e.prompts is None or not e.split,

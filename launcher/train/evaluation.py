@@ -42,6 +42,8 @@ import torch
 from omegaconf import DictConfig, ListConfig
 
 from launcher.components import build, component_class
+from launcher.tracking.media import EVAL_TABLE_KEY, VIDEO_SUFFIX, MediaFile, file_stem, save_sample, write_index
+from launcher.tracking.media import caption as media_caption
 from launcher.tracking.plots import save_image_grid
 from launcher.train.data import split_prompts
 from methods.family_sampler import family_ode_sample, family_sigmas
@@ -170,6 +172,9 @@ class Evaluator:
         self.items = [(p, j) for j in range(int(e.samples_per_prompt)) for p in self.prompts]
         self.val_items = [(p, j) for j in range(int(e.samples_per_prompt)) for p in validation_prompts(cfg)]
         self.grid_size = min(int(cfg.trainer.num_sample_images), len(self.items))
+        # the first eval.log_samples items (every prompt's first sample first) as files and W&B table rows
+        self.media_count = min(int(e.log_samples), len(self.items))
+        self.fps = int(cfg.model.fps) if backbone.video else None
         self.sigmas = family_sigmas(backbone, int(e.sampling_steps))
         device = backbone.device
         self.rewards = {str(cfg.reward.name): reward}
@@ -194,8 +199,8 @@ class Evaluator:
         t0 = time.perf_counter()
         weights = self.ema.applied() if self.ema is not None else contextlib.nullcontext()
         with weights:
-            scores, grid = self._sample_and_score(self.items, self.grid_size)
-            val_scores = self._sample_and_score(self.val_items, 0)[0] if self.val_items else {}
+            scores, grid, files = self._sample_and_score(self.items, self.grid_size, self.media_dir(step))
+            val_scores = self._sample_and_score(self.val_items, 0, None)[0] if self.val_items else {}
         row: dict[str, float] = {"step": step}
         for prefix, by_name in (("eval", scores), ("val", val_scores)):
             for name, values in by_name.items():
@@ -215,6 +220,7 @@ class Evaluator:
         self.logger.log_eval(row)
         if self.world.is_main:
             self._log_grid(step, grid, scores)
+            self._log_samples(step, files, scores)
             log.info(
                 "evaluation after %d steps: %s (%.1f s)",
                 step,
@@ -237,17 +243,24 @@ class Evaluator:
             [self.backbone.initial_noise(1, torch.Generator().manual_seed(noise_seed(p, j))) for p, j in items]
         )
 
+    def media_dir(self, step: int) -> Path:
+        """Where evaluation ``step`` writes its samples, one file each (``samples/eval_<k>/``)."""
+        return self.run_dir / "samples" / f"eval_{step:05d}"
+
     @torch.no_grad()
     def _sample_and_score(
-        self, all_items: list[tuple[str, int]], grid_size: int
-    ) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]]]:
-        """Scores of ``all_items`` by reward name (float64, in item order, gathered from every rank) and the images
-        of the first ``grid_size`` items (the grid)."""
+        self, all_items: list[tuple[str, int]], grid_size: int, media_dir: Path | None
+    ) -> tuple[dict[str, torch.Tensor], list[tuple[int, torch.Tensor]], list[tuple[int, Path]]]:
+        """Scores of ``all_items`` by reward name (float64, in item order, gathered from every rank), the images
+        of the first ``grid_size`` items (the grid), and the files of the first ``self.media_count`` items, which
+        each rank writes into ``media_dir`` for its own share (None: none), so no video crosses ranks."""
         bb = self.backbone
         share = self._my_share(len(all_items))
         real = len(range(self.world.rank, len(all_items), self.world.world_size))
+        media_count = self.media_count if media_dir is not None else 0
         mine: dict[str, list[float]] = {n: [] for n in self.rewards}
         grid: list[tuple[int, torch.Tensor]] = []
+        files: list[tuple[int, Path]] = []
         was_training = bb.transformer.training
         cuda = [bb.device] if bb.device.type == "cuda" else []
         bb.transformer.eval()
@@ -262,19 +275,27 @@ class Evaluator:
                     for name, reward in self.rewards.items():
                         mine[name] += reward.evaluate(images, prompts).double().cpu().tolist()
                     for k, i in enumerate(idx):
-                        if i < grid_size and start + k < real:
+                        if start + k >= real:  # the padding's repeat
+                            continue
+                        if i < grid_size:
                             grid.append((i, _grid_image(images[k])))
+                        if i < media_count:
+                            assert media_dir is not None
+                            stem = media_dir / file_stem(i, prompts[k])
+                            files.append((i, save_sample(images[k], stem, self.fps)))
         finally:
             bb.transformer.train(was_training)
         keep = {n: list(zip(share[:real], v[:real])) for n, v in mine.items()}
-        gathered = all_gather_objects((keep, grid))
+        gathered = all_gather_objects((keep, grid, files))  # also: every rank's files are written by now
         scores = {}
         for name in self.rewards:
-            by_item = dict(pair for part, _ in gathered for pair in part[name])
+            by_item = dict(pair for part, _, _ in gathered for pair in part[name])
             scores[name] = torch.tensor([by_item[i] for i in range(len(all_items))], dtype=torch.float64)
             if getattr(self.rewards[name], "per_prompt", False):  # per-sample features -> one per prompt (diversity)
                 scores[name] = self.rewards[name].prompt_scores(scores[name], [p for p, _ in all_items])
-        return scores, sorted((pair for _, part in gathered for pair in part), key=lambda t: t[0])
+        grid = sorted((pair for _, part, _ in gathered for pair in part), key=lambda t: t[0])
+        files = sorted((pair for _, _, part in gathered for pair in part), key=lambda t: t[0])
+        return scores, grid, files
 
     def _log_grid(self, step: int, grid: list[tuple[int, torch.Tensor]], scores: dict[str, torch.Tensor]) -> None:
         if not grid:
@@ -284,6 +305,29 @@ class Evaluator:
         first = next(iter(scores))
         caption = " | ".join(f"{self.items[i][0]} ({float(scores[first][i]):.3f})" for i, _ in grid)
         self.logger.log_image("eval/samples", path, step, caption)
+
+    def _log_samples(self, step: int, files: list[tuple[int, Path]], scores: dict[str, torch.Tensor]) -> None:
+        """The evaluated samples written as files: ``samples.jsonl`` beside them, and a W&B table with a row per
+        sample: step, prompt, sample index, the image (or video) and every reward's score (a per-prompt reward's:
+        its prompt's)."""
+        if not files:
+            return
+        # a per-prompt score's position: its prompt's first appearance (rewards.base.Reward.prompt_scores)
+        position = {p: k for k, p in enumerate(dict.fromkeys(p for p, _ in self.items))}
+        per_prompt = {name for name, reward in self.rewards.items() if getattr(reward, "per_prompt", False)}
+        rows: list[list[Any]] = []
+        index: list[dict[str, Any]] = []
+        for i, path in files:
+            prompt, j = self.items[i]
+            by_reward = {
+                name: float(values[position[prompt]] if name in per_prompt else values[i])
+                for name, values in scores.items()
+            }
+            rows.append([step, prompt, j, MediaFile(path, media_caption(prompt, by_reward)), *by_reward.values()])
+            index.append({"file": path.name, "prompt": prompt, "sample": j, **by_reward})
+        write_index(self.media_dir(step), index)
+        columns = ["step", "prompt", "sample", "video" if files[0][1].suffix == VIDEO_SUFFIX else "image", *scores]
+        self.logger.log_table(EVAL_TABLE_KEY, columns, rows, step)
 
 
 def _grid_image(image: torch.Tensor) -> torch.Tensor:

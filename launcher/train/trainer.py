@@ -29,6 +29,15 @@ from launcher.components import build, component_class
 from launcher.plan.start_check import check_at_start
 from launcher.tracking import placement_file
 from launcher.tracking.closing_line import closing_line
+from launcher.tracking.media import (
+    SAMPLE_IMAGES_KEY,
+    SAMPLE_VIDEOS_KEY,
+    MediaFile,
+    file_stem,
+    save_sample,
+    write_index,
+)
+from launcher.tracking.media import caption as media_caption
 from launcher.tracking.phase_memory import PhaseMemory
 from launcher.tracking.phase_timer import PhaseTimer
 from launcher.tracking.plots import plot_reward_curve, sample_order, save_image_grid
@@ -345,10 +354,25 @@ class Trainer:
         return bool(every) and self.world.is_main and (step % every == 0 or step == last)
 
     def _log_samples(self, rollout, step: int) -> None:
+        """The step's image grid ``samples/step_<k>.png`` and each of its samples as a file of its own in
+        ``samples/step_<k>/`` (a PNG, or a GIF for a video; launcher/tracking/media.py), to W&B as the grid and as
+        one captioned image or video per sample (docs/wandb.md#samples-and-videos)."""
         idx = sample_order(len(rollout), int(self.cfg.method.group_size))[: self.cfg.trainer.num_sample_images]
-        path = save_image_grid(rollout.images[idx], self.info.run_dir / "samples" / f"step_{step:05d}.png")
+        folder = self.info.run_dir / "samples" / f"step_{step:05d}"
+        path = save_image_grid(rollout.images[idx], folder.with_name(f"{folder.name}.png"))
         caption = " | ".join(f"{rollout.prompts[i]} ({float(rollout.rewards[i]):.3f})" for i in idx)
         self.logger.log_image("samples", path, step, caption)
+        fps = int(self.cfg.model.fps) if self.backbone.video else None
+        reward, group_size = str(self.cfg.reward.name), int(self.cfg.method.group_size)
+        files: list[MediaFile] = []
+        index: list[dict] = []
+        for position, i in enumerate(idx):
+            prompt, score = rollout.prompts[i], float(rollout.rewards[i])
+            written = save_sample(rollout.images[i], folder / file_stem(position, prompt), fps)
+            files.append(MediaFile(written, media_caption(prompt, {reward: score})))
+            index.append({"file": written.name, "prompt": prompt, "sample": i % group_size, reward: score})
+        write_index(folder, index)
+        self.logger.log_media(SAMPLE_VIDEOS_KEY if files[0].video else SAMPLE_IMAGES_KEY, files, step)
 
     # -- the run ------------------------------------------------------------------------------------------------
     def fit(self) -> float:
