@@ -23,6 +23,7 @@ RUN = [
     "trainer.ema_decay=0.5",
     "eval.every=2",
     "eval.samples_per_prompt=1",
+    "~reward@eval.rewards.diversity",  # it compares a prompt's samples: 2 or more
     "eval.batch_size=2",
     "eval.use_ema=true",
     "eval.prompts=[a red car,a green flower,a blue circle,a yellow square,a white cat]",
