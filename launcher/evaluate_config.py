@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.train.eval_config import held_out_count
 from rewardflow.errors import ConfigErrors
 
 KEY = "evaluate.weights"
@@ -39,7 +40,7 @@ class EvaluateConfig:
             sources = weights_sources(str(cfg.evaluate.weights))
         e = cfg.eval
         errors.require(
-            e.prompts is not None or e.split > 0 or cfg.data.set is not None,
+            e.prompts is not None or held_out_count(e) > 0 or cfg.data.set is not None,
             "eval.prompts",
             "rewardflow-eval scores held-out prompts, and none are set. Fix: eval.prompts=/path/prompts.txt (or a "
             "list, or a named set: eval.prompts=drawbench), or eval.split=N to score the N prompts a run of this data holds "

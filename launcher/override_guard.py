@@ -81,7 +81,8 @@ def grammar_problem(args: list[str]) -> str | None:
                 f"quote a value with spaces, commas or brackets (key='a,b'); the grammar: {GRAMMAR}"
             )
         key = override.key_or_group
-        if key in REQUIRED_GROUPS and override.is_delete():
+        # ~reward@eval.rewards.<name> drops a held-out reward (docs/evaluation.md#hacking-in-plain-sight), not the group
+        if key in REQUIRED_GROUPS and override.is_delete() and override.package in (None, "", key):
             return (
                 f"'{arg}' removes the {key} group, which every run needs. Fix: choose another option instead: "
                 f"{key}=<{'|'.join(groups.get(key, []))}>"

@@ -31,6 +31,7 @@ from launcher.strict_keys import check_keys
 from launcher.toy_values import toy_values
 from launcher.tracking.objective import KEY as OBJECTIVE_KEY
 from launcher.tracking.objective import name_problem
+from launcher.train.eval_config import held_out_count, held_out_key
 from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompts import data_prompts
@@ -53,7 +54,7 @@ def check_config(cfg: DictConfig, errors: ConfigErrors) -> Any:
     check_trainer(run, errors)
     evaluate = getattr(run, "evaluate", None)  # rewardflow-eval's config (launcher/evaluate_config.py)
     if evaluate is not None:
-        if run.eval.prompts is not None or run.eval.split > 0:  # none: EvaluateConfig.check says so, once
+        if run.eval.prompts is not None or held_out_count(run.eval) > 0:  # none: EvaluateConfig.check says so
             run.eval.every = max(int(run.eval.every), 1)  # it evaluates whatever eval.every says: check as evaluating
         type(evaluate).check(run, errors)
     type(run.eval).check(run, errors)
@@ -84,7 +85,7 @@ def precheck(cfg: DictConfig) -> None:
 
 def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     """Raise one :class:`ConfigError` listing everything the config cannot run with; return the prompts the run
-    trains on (without the ``eval.split`` held out for evaluation).
+    trains on (without the prompts held out for evaluation: ``eval.split``, or data=file's ``eval.default_split``).
 
     ``on_this_host=False`` (a SLURM sweep checked on its submit host) leaves out the checks of this machine's devices,
     which the job repeats on its node."""
@@ -115,7 +116,7 @@ def validate(cfg: DictConfig, on_this_host: bool = True) -> list[str]:
     errors.raise_if_any()
     for warning in toy_values(run):
         log.warning(warning)
-    return split_prompts(data_prompts(run.data), run.eval.split)[0]
+    return split_prompts(data_prompts(run.data), held_out_count(run.eval), held_out_key(run.eval))[0]
 
 
 #: trainer.seed must be below this (torch seeds are 64-bit; any seed in range works: docs/configuration.md)

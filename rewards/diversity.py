@@ -1,7 +1,8 @@
 """reward=diversity: how different a prompt's samples are, the metric that shows mode collapse under reward hacking
 (flow_grpo #233, Flow-Factory #176). For each prompt, the mean over the n(n-1)/2 pairs of its n samples of the
-distance between their L2-normalised image embeddings (CLIP ViT-L/14's by default; ``reward.distance``: ``cosine``,
-1 - cos, or ``euclidean``): 0 when every sample is the same image, larger as they spread.
+distance between their L2-normalised image embeddings (CLIP ViT-L/14's by default; ``reward.embedding=pixels``:
+downsampled pixels, :mod:`rewards.pixel_embedding`, no download; ``reward.distance``: ``cosine``, 1 - cos, or
+``euclidean``): 0 when every sample is the same image, larger as they spread.
 
 It scores a prompt's samples together, so it is an evaluation metric (``eval.rewards``), never a training reward:
 :meth:`DiversityReward.evaluate` gives each sample's embedding (a video's: the normalised mean of its frames'), and
@@ -16,7 +17,8 @@ import torch.nn.functional as F
 
 from rewards.base import Reward
 from rewards.clip_image import CLIPImageEncoder
-from rewards.diversity_config import Distance, DiversityRewardConfig
+from rewards.diversity_config import Distance, DiversityRewardConfig, Embedding
+from rewards.pixel_embedding import PixelEmbedding
 
 
 def mean_pairwise_distance(features: torch.Tensor, distance: str = Distance.cosine) -> torch.Tensor:
@@ -40,7 +42,11 @@ class DiversityReward(Reward[DiversityRewardConfig]):
     def __init__(self, cfg: DiversityRewardConfig):
         super().__init__(cfg)
         self.distance = cfg.distance
-        self.encoder = CLIPImageEncoder(cfg.path, cfg.processor_path, cfg.dtype)
+        self.encoder: torch.nn.Module = (
+            PixelEmbedding(cfg.pixel_size)
+            if cfg.embedding == Embedding.pixels
+            else CLIPImageEncoder(cfg.path, cfg.processor_path, cfg.dtype)
+        )
 
     def score(self, images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
         raise RuntimeError(

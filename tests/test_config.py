@@ -35,7 +35,7 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
         prompts = tmp_path / "prompts.txt"
         prompts.write_text("a red square\na blue sky\n")
         extra.append(f"data.path={prompts}")
-        if cfg.data.set is not None and cfg.eval.every:  # its test split (evaluated by default): a local file too
+        if cfg.eval.every:  # a named set's test split or data=file's held-out prompts (evaluated by default): a file
             extra.append(f"eval.prompts={prompts}")
     if cfg.data.set == "drawbench":
         extra.append("data.split=test")  # DrawBench is a test set only
@@ -61,8 +61,8 @@ def test_every_option_composes_and_validates(group, option, tmp_path, tiny_rewar
         cfg = compose(
             [
                 "eval.every=1",
-                f"+reward@eval.rewards.{option}={option}",
-                *tiny_reward_overrides(tiny_rewards, option, f"eval.rewards.{option}"),
+                f"+reward@eval.rewards.scored_{option}={option}",  # a name of its own (the demo has a diversity)
+                *tiny_reward_overrides(tiny_rewards, option, f"eval.rewards.scored_{option}"),
             ]
         )
     validate(cfg)
@@ -191,7 +191,8 @@ def test_composition_imports_neither_torch_nor_diffusers():
 def test_jsonl_prompt_file_and_field(tmp_path, no_model_building):
     f = tmp_path / "p.jsonl"
     f.write_text('{"text": "a red square"}\n{"text": "a blue sky"}\n')
-    assert validate(compose(["data=file", f"data.path={f}", "data.field=text"])) == ["a red square", "a blue sky"]
+    cfg = compose(["data=file", f"data.path={f}", "data.field=text", "eval.every=0"])  # no evaluation: both trained on
+    assert validate(cfg) == ["a red square", "a blue sky"]
     with pytest.raises(ConfigError, match="data.field"):
         validate(compose(["data=file", f"data.path={f}"]))
 

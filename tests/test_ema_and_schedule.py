@@ -115,6 +115,7 @@ EMA_RUN = [
     "optimizer.warmup_steps=2",
     "eval.every=2",
     "eval.samples_per_prompt=1",
+    "~reward@eval.rewards.diversity",  # it compares a prompt's samples: 2 or more
     "eval.use_ema=true",
     "trainer.export_ema=true",
 ]

@@ -23,6 +23,7 @@ RUN = [
     "trainer.ema_decay=0.5",
     "eval.every=2",
     "eval.samples_per_prompt=1",
+    "~reward@eval.rewards.diversity",  # it compares a prompt's samples: 2 or more
     "eval.batch_size=2",
     "eval.use_ema=true",
     "eval.prompts=[a red car,a green flower,a blue circle,a yellow square,a white cat]",
@@ -80,8 +81,8 @@ def test_ema_is_sharded_and_evaluation_is_gathered_under_two_ranks(tmp_path):
     assert all(r["restored"] for r in results)
     assert sum(results[0]["shards"]) + sum(results[1]["shards"]) == results[0]["full"]  # the halves, not copies
     scores = [{k: v for k, v in r["base_eval"].items() if k.startswith("eval/")} for r in results]
-    assert scores[0] == scores[1] and len(scores[0]) == 2  # every rank has the gathered scores
-    for key in ("eval/color/mean", "eval/color/std"):
+    assert scores[0] == scores[1] and len(scores[0]) == 4  # every rank has the gathered scores (color, brightness)
+    for key in ("eval/color/mean", "eval/color/std", "eval/brightness/mean", "eval/brightness/std"):
         assert results[0]["base_eval"][key] == pytest.approx(reference[key], rel=1e-5)
     rows = [json.loads(l) for l in (tmp_path / "sharded" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "eval/color/mean" in r] == [0, 2]  # rank 0 wrote each point once

@@ -17,7 +17,13 @@ from conftest import CONF, compose
 from test_fast_config_errors import HEAVY, imported
 
 # smoke scale, the demo's held-out prompts (1 sample each), evaluated at step 0 and at the end (step 2)
-SMOKE = ["experiment=smoke", "logger=none", "eval.samples_per_prompt=1", "+reward@eval.rewards.jpeg=jpeg"]
+SMOKE = [
+    "experiment=smoke",
+    "logger=none",
+    "eval.samples_per_prompt=1",
+    "~reward@eval.rewards.diversity",  # it compares a prompt's samples: 2 or more
+    "+reward@eval.rewards.jpeg=jpeg",
+]
 TRAIN = [*SMOKE, "trainer.steps=2", "eval.every=2", "trainer.ckpt_every=1", "trainer.export=true"]
 
 
@@ -40,7 +46,7 @@ def test_the_eval_command_scores_base_export_and_checkpoints_as_training_did(tmp
     Trainer(compose(TRAIN), RunInfo(run_dir=train_dir)).fit()
     trained = eval_rows(train_dir)
     assert set(trained) == {0, 2} and set(trained[2]) == {
-        f"eval/{r}/{s}" for r in ("color", "jpeg") for s in ("mean", "std")
+        f"eval/{r}/{s}" for r in ("color", "brightness", "jpeg") for s in ("mean", "std")
     }
     assert trained[0] != trained[2]  # the two steps changed the weights
 
@@ -59,7 +65,7 @@ def test_the_eval_command_scores_base_export_and_checkpoints_as_training_did(tmp
     assert export["results"][0]["weights"] == "export" and export["results"][0]["metrics"] == trained[2]
     base = scored("base", "base")
     assert base["results"][0]["step"] == 0 and base["results"][0]["metrics"] == trained[0]
-    assert base["prompts"] == compose(SMOKE).eval.prompts and base["rewards"] == ["color", "jpeg"]
+    assert base["prompts"] == compose(SMOKE).eval.prompts and base["rewards"] == ["color", "brightness", "jpeg"]
     assert (tmp_path / "base" / "samples" / "eval_00000.png").read_bytes() == (
         train_dir / "samples" / "eval_00000.png"
     ).read_bytes()
@@ -90,7 +96,10 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     [
         (["evaluate.weights=/nonexistent/run"], "evaluate.weights=/nonexistent/run: no such folder"),
         (["evaluate.weights=."], "is neither an export, a checkpoint nor a run dir"),
-        (["data=file", "data.path=prompts.txt"], "eval.prompts: rewardflow-eval scores held-out prompts"),
+        (
+            ["data=file", "data.path=prompts.txt", "eval.split=0"],
+            "eval.prompts: rewardflow-eval scores held-out prompts",
+        ),
         (["eval.use_ema=true", "trainer.ema_decay=0.9"], "eval.use_ema: true scores a checkpoint's EMA weights"),
     ],
 )

@@ -75,7 +75,14 @@ def test_grammar_and_group_misuse_name_the_override_and_the_fix(args, named):
 
 @pytest.mark.parametrize(
     "args",
-    [["-m", "trainer.seed=0,1"], ["cluster=local_multi", "trainer.seed=0,1"], ["~experiment"], ["model=[a,b]"], []],
+    [
+        ["-m", "trainer.seed=0,1"],
+        ["cluster=local_multi", "trainer.seed=0,1"],
+        ["~experiment"],
+        ["model=[a,b]"],
+        [],
+        ["~reward@eval.rewards.diversity"],  # drops the demo's held-out diversity, not the reward group
+    ],
 )
 def test_sweeps_with_multirun_lists_and_optional_groups_are_fine(args):
     assert grammar_problem(["experiment=smoke", *args]) is None

@@ -36,11 +36,12 @@ def test_the_preset_composes_and_validates_for_every_method(method):
 )
 def test_validation_prompts_are_training_prompts_never_held_out(held_out):
     from launcher.train.data import split_prompts
+    from launcher.train.eval_config import held_out_count
     from launcher.train.evaluation import held_out_prompts, validation_prompts
 
     cfg = compose(held_out)
     data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)
-    train = split_prompts(data, int(cfg.eval.split))[0]
+    train = split_prompts(data, held_out_count(cfg.eval))[0]
     val, test = validation_prompts(cfg), held_out_prompts(cfg)
     assert len(val) == 4 and set(val) <= set(train) and test
     assert not set(val) & set(test)
@@ -172,6 +173,7 @@ def test_training_logs_validation_scores_beside_the_held_out_ones_at_the_same_co
             "trainer.steps=2",
             "eval.every=2",
             "eval.samples_per_prompt=1",
+            "~reward@eval.rewards.diversity",  # it compares a prompt's samples: 2 or more
         ]
     )
     Trainer(cfg, RunInfo(run_dir=tmp_path)).fit()

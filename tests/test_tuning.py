@@ -22,8 +22,9 @@ from launcher.validate import precheck
 from rewardflow.errors import ConfigError
 
 SMOKE = ["experiment=smoke", "logger=none", "trainer.export=false", "trainer.threads=1"]
-#: the demo's held-out evaluation, small: 2 prompts, 1 sample each, before and after the one step
-SMALL_EVAL = ["eval.every=1", "eval.samples_per_prompt=1", "eval.prompts=[a red car,a blue circle]"]
+#: the demo's held-out evaluation, small: 2 prompts, 2 samples each (the default diversity score compares them),
+#: before and after the one step
+SMALL_EVAL = ["eval.every=1", "eval.samples_per_prompt=2", "eval.prompts=[a red car,a blue circle]"]
 
 
 def cli(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:

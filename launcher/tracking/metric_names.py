@@ -158,7 +158,7 @@ def evaluation_metrics(cfg: Any) -> list[str]:
     e = cfg.eval
     if not e.every:
         return []
-    names = [str(cfg.reward.name), *[str(n) for n in (e.rewards or {})]]
+    names = list(dict.fromkeys([str(cfg.reward.name), *[str(n) for n in (e.rewards or {})]]))  # the trained once
     prefixes = ["eval"] + (["val"] if e.val_split else [])
     return [f"{p}/{n}/{s}" for p in prefixes for n in names for s in STATISTICS]
 

@@ -1,8 +1,9 @@
 """Prompt sources: an inline list (``data=demo``) or a .txt / .jsonl file (``data=file``).
 
 Batches are a pure function of (seed, step): epoch e is a permutation seeded by (seed, e), so a resumed run sees
-exactly the prompts it would have seen, with no data-loader state to save. ``eval.split=N`` holds N prompts out of
-training (:func:`split_prompts`) for the held-out evaluation.
+exactly the prompts it would have seen, with no data-loader state to save. ``eval.split=N`` (or data=file's
+``eval.default_split``: :func:`launcher.train.eval_config.held_out_count`) holds N prompts out of training
+(:func:`split_prompts`) for the held-out evaluation.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ def split_prompts(prompts: list[str], held_out: int, key: str = "eval.split") ->
                 f"eval.split={held_out} holds out every one of the {len(prompts)} data prompts. Fix: a "
                 f"smaller eval.split, or a held-out prompt file with eval.prompts=/path/prompts.txt"
             )
+        if key == "eval.default_split":
+            raise ConfigError(
+                f"eval.default_split={held_out}: data=file holds {held_out} prompts out of training for the "
+                f"held-out evaluation by default, and the file has {len(prompts)}. Fix: eval.split=N (fewer than "
+                f"{len(prompts)}), a held-out prompt file with eval.prompts=/path/prompts.txt, or no evaluation "
+                f"(every prompt trained on): eval.every=0"
+            )
         raise ConfigError(
             f"{key}={held_out} takes every one of the {len(prompts)} prompts it splits. Fix: a smaller {key}"
         )
@@ -41,8 +49,8 @@ class PromptSource:
     """Deterministic prompt batches. ``batch(step, n)`` returns the n prompts of that step; ``held_out`` prompts
     (``eval.split``) are left out of training (:func:`split_prompts`)."""
 
-    def __init__(self, cfg: DataConfig, seed: int = 0, held_out: int = 0):
-        self.prompts = split_prompts(data_prompts(cfg), held_out)[0]
+    def __init__(self, cfg: DataConfig, seed: int = 0, held_out: int = 0, held_out_key: str = "eval.split"):
+        self.prompts = split_prompts(data_prompts(cfg), held_out, held_out_key)[0]
         self.shuffle = cfg.shuffle
         self.seed = seed
         self._order: tuple[int, torch.Tensor] | None = None  # (epoch, its permutation): the last one drawn

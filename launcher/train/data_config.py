@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
+from launcher.train.eval_config import held_out_count
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompt_sets import PromptSet, Split
 from rewardflow.prompts import DEFAULT_ENCODING, data_prompts
@@ -39,7 +40,7 @@ class DataConfig:
         )
         e = cfg.eval
         errors.require(
-            d.split != Split.test or not e.every or e.prompts is not None or e.split > 0,
+            d.split != Split.test or not e.every or e.prompts is not None or held_out_count(e) > 0,
             "data.split",
             f"test trains on data.set={d.set}'s test split, which the evaluation scores by default: the scores would be "
             f"of trained prompts. Fix: data.split=train, or evaluate other prompts (eval.prompts=...)",

@@ -17,7 +17,10 @@ class EvalConfig:
     every: int = 0  # evaluate at step 0, every N steps and at the end; 0 = off
     prompts: Any = None  # held-out prompts: a .txt / .jsonl file (key data.field), an inline list, or a named set
     # (eval.prompts=drawbench: its test split); null: data.set's test split when data.set is a named set
-    split: int = 0  # or hold out N prompts of `data` (fixed split; applies even when every=0)
+    # or hold out N prompts of `data` (a fixed split; applies even when every=0; 0 = none); null: default_split
+    # when evaluating (every > 0) and eval.prompts is unset, else none (held_out_count)
+    split: Optional[int] = None
+    default_split: int = 0  # what eval.split=null holds out (conf/eval/file.yaml: data=file's default held-out prompts)
     # also score N of the training prompts (a fixed subset, disjoint from the held-out ones) at every evaluation, as
     # val/<reward>/mean: a protocol picks its learning rate on these and reports the held-out score
     # (docs/comparing.md#comparison-protocol); 0 = none
@@ -39,13 +42,14 @@ class EvalConfig:
         imported); the prompts, the model's guidance and the rewards on the held-out prompts are checked by
         :meth:`launcher.train.evaluation.Evaluator.check`. ``cfg`` is the run's typed config."""
         e = cfg.eval
-        for key in ("every", "split", "val_split", "log_samples"):
-            errors.require(getattr(e, key) >= 0, f"eval.{key}", f"must be >= 0 (got {getattr(e, key)})")
-        errors.require(
+        for key in ("every", "split", "default_split", "val_split", "log_samples"):
+            value = getattr(e, key)
+            errors.require(value is None or value >= 0, f"eval.{key}", f"must be >= 0 (got {value})")
+        errors.require(  # an explicit eval.prompts wins over the default split, never over an explicit one
             e.prompts is None or not e.split,
             "eval.split",
             f"eval.prompts and eval.split={e.split} both choose the held-out prompts. Fix: keep one "
-            f"(eval.split=0, or eval.prompts=null)",
+            f"(eval.split=null, or eval.prompts=null)",
         )
         errors.require(
             not e.use_ema or cfg.trainer.ema_decay > 0,
@@ -61,7 +65,7 @@ class EvalConfig:
         if not e.every:
             return
         errors.require(
-            e.prompts is not None or e.split > 0 or cfg.data.set is not None,
+            e.prompts is not None or held_out_count(e) > 0 or cfg.data.set is not None,
             "eval.every",
             f"{e.every} evaluates held-out prompts, and none are set. Fix: eval.prompts="
             f"/path/prompts.txt (or a list), or eval.split=N to hold N prompts of data out of "
@@ -76,3 +80,20 @@ class EvalConfig:
             f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0",
         ):
             errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
+
+
+def held_out_count(e: Any) -> int:
+    """How many prompts of ``data`` the run holds out of training for the evaluation (``e``: the ``eval`` config).
+    The precedence (docs/evaluation.md#held-out-prompts): an explicit ``eval.split=N`` (0 = none), whether or not
+    evaluation is on; else, when evaluating (``eval.every`` > 0) with ``eval.prompts`` unset, ``eval.default_split``
+    (data=file's default, conf/eval/file.yaml); else none: an explicit ``eval.prompts`` wins over the default split,
+    and a run that does not evaluate trains on every prompt. Setting both ``eval.prompts`` and ``eval.split=N`` is a
+    config error (:meth:`EvalConfig.check`)."""
+    if e.split is not None:
+        return int(e.split)
+    return int(e.default_split) if e.prompts is None and e.every > 0 else 0
+
+
+def held_out_key(e: Any) -> str:
+    """The key that set :func:`held_out_count`, for messages: ``eval.split`` or ``eval.default_split``."""
+    return "eval.split" if e.split is not None else "eval.default_split"

@@ -9,7 +9,9 @@ two methods' training curves are not measured alike. The evaluation scores every
   only, so the same for every method, seed and step (:func:`noise_seed`);
 - **sampler**: the family's deterministic ODE sampler with its inference steps and guidance (``eval.sampling_steps``,
   ``eval.guidance``; :mod:`methods.family_sampler`), never the method's training sampler;
-- **rewards**: the trained reward and ``eval.rewards``, scored without gradients (:meth:`rewards.base.Reward.evaluate`);
+- **rewards**: the trained reward and ``eval.rewards`` (:func:`extra_rewards`; the CPU demo, ``data=demo``, adds
+  brightness and diversity by default: conf/eval_rewards/offline.yaml), scored without gradients
+  (:meth:`rewards.base.Reward.evaluate`);
   a per-prompt metric (``reward=diversity``) is reduced to one score per prompt once every rank's samples are gathered
   (:meth:`rewards.base.Reward.prompt_scores`), so its mean and std are over prompts;
 - **validation**: ``eval.val_split=N`` also scores N of the training prompts the same way, as ``val/<reward>/mean``:
@@ -39,13 +41,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from omegaconf import DictConfig, ListConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from launcher.components import build, component_class
 from launcher.tracking.media import EVAL_TABLE_KEY, VIDEO_SUFFIX, MediaFile, file_stem, save_sample, write_index
 from launcher.tracking.media import caption as media_caption
 from launcher.tracking.plots import save_image_grid
 from launcher.train.data import split_prompts
+from launcher.train.eval_config import held_out_count, held_out_key
 from methods.family_sampler import family_ode_sample, family_sigmas
 from rewardflow.distributed import World, all_gather_objects, broadcast_object
 from rewardflow.errors import ConfigError, ConfigErrors
@@ -58,7 +61,8 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------- configuration
 def held_out_prompts(cfg: Any, set_test_split: bool = True) -> list[str]:
     """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, an inline list, or a
-    named set's name: its test split), else the ``eval.split`` prompts held out of ``data``, else the test split of
+    named set's name: its test split), else the ``eval.split`` prompts held out of ``data`` (or data=file's
+    ``eval.default_split``: :func:`launcher.train.eval_config.held_out_count`), else the test split of
     the named set ``data.set`` trains on (``set_test_split=False``: not that one, which is downloaded on first use:
     the config check of a run that evaluates nothing); empty when none is set (docs/data.md#named-prompt-sets, docs/evaluation.md#keys)."""
     e = cfg.eval
@@ -68,8 +72,8 @@ def held_out_prompts(cfg: Any, set_test_split: bool = True) -> list[str]:
         if named_test_split(str(e.prompts)):
             return set_prompts(str(e.prompts), Split.test, key="eval.prompts")
         return load_prompts(None, str(e.prompts), cfg.data.field, cfg.data.encoding, key="eval.prompts")
-    if e.split > 0:
-        return split_prompts(data_prompts(cfg.data), int(e.split))[1]
+    if held_out_count(e) > 0:
+        return split_prompts(data_prompts(cfg.data), held_out_count(e), held_out_key(e))[1]
     if set_test_split and cfg.data.set is not None and Split.test in SETS[PromptSet(cfg.data.set)].splits:
         return set_prompts(cfg.data.set, Split.test, key="data.set")
     return []
@@ -82,8 +86,27 @@ def validation_prompts(cfg: Any) -> list[str]:
     n = int(cfg.eval.val_split)
     if n <= 0:
         return []
-    train = split_prompts(data_prompts(cfg.data), int(cfg.eval.split))[0]
+    train = split_prompts(data_prompts(cfg.data), held_out_count(cfg.eval), held_out_key(cfg.eval))[0]
     return split_prompts(train, n, key="eval.val_split")[1]
+
+
+def extra_rewards(cfg: Any) -> dict[str, Any]:
+    """The rewards of ``eval.rewards`` scored besides the trained one, by name: all of them, less an entry with the
+    trained reward's name and the same settings, which is the trained reward itself (the demo's default
+    ``eval.rewards.brightness`` when a run trains on ``reward=brightness``: conf/eval_rewards/offline.yaml), scored
+    once. An entry of that name with other settings is refused by :meth:`Evaluator.check`."""
+    trained = str(cfg.reward.name)
+    return {
+        str(n): r
+        for n, r in (cfg.eval.rewards or {}).items()
+        if not (n == trained and _settings(r) == _settings(cfg.reward))
+    }
+
+
+def _settings(reward_cfg: Any) -> Any:
+    """A reward config (a typed dataclass or a DictConfig) as plain values, to compare two."""
+    node = reward_cfg if isinstance(reward_cfg, DictConfig) else OmegaConf.structured(reward_cfg)
+    return OmegaConf.to_container(node, resolve=True, enum_to_str=True)
 
 
 def noise_seed(prompt: str, index: int) -> int:
@@ -130,14 +153,16 @@ class Evaluator:
             return
         # every reward scored must suit the held-out prompts: check each as if it trained on them
         held_out = replace(cfg, data=replace(cfg.data, prompts=list(prompts), path=None))
-        rewards = {f"reward={cfg.reward.name}": cfg.reward, **{f"eval.rewards.{n}": r for n, r in e.rewards.items()}}
+        extra = extra_rewards(cfg)
+        rewards = {f"reward={cfg.reward.name}": cfg.reward, **{f"eval.rewards.{n}": r for n, r in extra.items()}}
         for where, reward_cfg in rewards.items():
             if where.startswith("eval.rewards."):
                 name = where.removeprefix("eval.rewards.")
                 if not errors.require(
                     name != cfg.reward.name and "/" not in name,
                     where,
-                    "the name is the trained reward's or not a metric name (eval/<name>/mean); rename it",
+                    "the name is the trained reward's (with other settings) or not a metric name (eval/<name>/mean); "
+                    f"rename it, or drop it: ~reward@{where}",
                 ):
                     continue
             try:
@@ -178,7 +203,7 @@ class Evaluator:
         self.sigmas = family_sigmas(backbone, int(e.sampling_steps))
         device = backbone.device
         self.rewards = {str(cfg.reward.name): reward}
-        for name, reward_cfg in (e.rewards or {}).items():
+        for name, reward_cfg in extra_rewards(cfg).items():
             self.rewards[name] = build(reward_cfg, f"eval.rewards.{name}").to(device).eval().requires_grad_(False)
         self.last_done = int(broadcast_object(logger.last_eval_step))  # a resumed run evaluates each point once
 

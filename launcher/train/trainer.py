@@ -45,6 +45,7 @@ from launcher.tracking.run_logger import RunLogger
 from launcher.tracking.run_names import dashboard_names
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
+from launcher.train.eval_config import held_out_count, held_out_key
 from launcher.train.evaluation import Evaluator, held_out_prompts
 from launcher.train.health import StepHealth, aborted
 from launcher.train.lr_schedule import build_lr_schedule, build_optimizer, rebase
@@ -129,7 +130,9 @@ class Trainer:
             self.backbone.precompute_text(self.prompts + (held_out_prompts(cfg) if cfg.eval.every else []))
         self.method = method_cls(method_cfg, self.backbone)
         self.reward = build(cfg.reward, "reward").to(self.backbone.device).eval().requires_grad_(False)
-        self.data = build(cfg.data, "data", seed=t.seed, held_out=int(cfg.eval.split))
+        self.data = build(
+            cfg.data, "data", seed=t.seed, held_out=held_out_count(cfg.eval), held_out_key=held_out_key(cfg.eval)
+        )
         self.params = list(self.backbone.trainable_parameters())
         if not self.params:
             raise ConfigError("the model has no trainable parameters: check model.finetune / model.lora_targets")
