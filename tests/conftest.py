@@ -67,15 +67,20 @@ def group_options(group: str) -> list[str]:
 
 def processes_with_env(marker: str) -> list[int]:
     """The pids of this machine's processes whose environment holds ``marker`` (a ``NAME=value`` a test gave a command):
-    what the command left running after it exited, children and grandchildren alike."""
+    what the command left running after it exited, children and grandchildren alike. Not counted: a process already
+    exiting (no command line left), and multiprocessing's resource tracker, which ends by itself once the processes
+    that used it have (a moment after the command, on a loaded machine)."""
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
-                if marker.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
+                if marker.encode() not in (proc / "environ").read_bytes().split(b"\0"):
+                    continue
+                cmdline = (proc / "cmdline").read_bytes()
             except OSError:
-                pass  # ended meanwhile, or not ours to read
+                continue  # ended meanwhile, or not ours to read
+            if cmdline and b"resource_tracker" not in cmdline:
+                found.append(int(proc.name))
     return found
 
 
