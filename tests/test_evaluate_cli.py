@@ -119,6 +119,7 @@ SHARDED = [
     "logger=none",
     "trainer.threads=1",
     "eval.samples_per_prompt=1",
+    "~reward@eval.rewards.diversity",  # one sample a prompt: no diversity to score
     "eval.batch_size=2",
     "eval.prompts=[a red car,a green flower,a blue circle,a yellow square,a white cat]",
     "+reward@eval.rewards.jpeg=jpeg",
@@ -151,7 +152,9 @@ def test_the_eval_command_shards_prompts_over_two_ranks_and_scores_as_one_proces
     assert [r["metrics"] for r in ranks[1]["results"]] == [r["metrics"] for r in ranks[0]["results"]]  # gathered
     assert (single["world_size"], written["world_size"]) == (1, 2)
     assert [r["metrics"] for r in written["results"]] == [r["metrics"] for r in single["results"]]  # float equality
-    assert set(single["results"][0]["metrics"]) == {f"eval/{r}/{s}" for r in ("color", "jpeg") for s in ("mean", "std")}
+    assert set(single["results"][0]["metrics"]) == {
+        f"eval/{r}/{s}" for r in ("color", "brightness", "jpeg") for s in ("mean", "std")
+    }
     one, two = (tmp_path / "single" / "samples" / "eval_00000", tmp_path / "two" / "samples" / "eval_00000")
     names = sorted(p.name for p in one.iterdir())
     assert len(names) == 6 and names == sorted(p.name for p in two.iterdir())  # 5 PNGs and samples.jsonl

@@ -33,9 +33,9 @@ RUN = [*SMOKE, *WANDB, "trainer.sample_every=1", "eval.log_samples=10"]
 
 
 def with_diversity(tiny_rewards) -> list[str]:
-    """Diversity (a per-prompt score) on the tiny CLIP twin."""
+    """Diversity (a per-prompt score) on the tiny CLIP twin, in place of the demo's default on pixels."""
     key = "eval.rewards.diversity"
-    return [f"+reward@{key}=diversity", *tiny_reward_overrides(tiny_rewards, "diversity", key)]
+    return [f"reward@{key}=diversity", *tiny_reward_overrides(tiny_rewards, "diversity", key)]
 
 
 def index_rows(folder: Path) -> list[dict]:
@@ -125,16 +125,17 @@ def test_training_and_evaluation_samples_are_files_and_wandb_images(tmp_path, ti
         assert all(r["diversity"] == diversity[r["prompt"]] for r in rows)
 
         table, files = logged_table(tmp_path, tables[step])
-        assert table["columns"] == ["step", "prompt", "sample", "image", "color", "jpeg", "diversity"]
+        assert table["columns"] == ["step", "prompt", "sample", "image", "color", "brightness", "diversity", "jpeg"]
         assert len(table["data"]) == 10
-        for (row_step, prompt, sample, image, color, jpeg, div), r in zip(table["data"], rows):
-            assert (row_step, prompt, sample, color, jpeg, div) == (
+        for (row_step, prompt, sample, image, color, bright, div, jpeg), r in zip(table["data"], rows):
+            assert (row_step, prompt, sample, color, bright, div, jpeg) == (
                 step,
                 r["prompt"],
                 r["sample"],
                 r["color"],
-                r["jpeg"],
+                r["brightness"],
                 r["diversity"],
+                r["jpeg"],
             )
             assert image["_type"] == "image-file" and image["caption"].startswith(f"{prompt} | color ")
             with Image.open(files[image["path"]]) as shown:
@@ -173,6 +174,7 @@ def test_video_samples_are_gifs_and_wandb_videos(tmp_path):
         "trainer.sample_every=1",
         "eval.every=1",
         "eval.samples_per_prompt=1",
+        "~reward@eval.rewards.diversity",  # one sample a prompt: no diversity to score
         "eval.log_samples=3",
     ]
     Trainer(compose(run), RunInfo(run_dir=tmp_path)).fit()
@@ -192,7 +194,10 @@ def test_video_samples_are_gifs_and_wandb_videos(tmp_path):
     assert set(tables) == {0, 1}
     for step, table_ref in tables.items():
         table, files = logged_table(tmp_path, table_ref)
-        assert table["columns"] == ["step", "prompt", "sample", "video", "color", "jpeg"] and len(table["data"]) == 3
+        assert (
+            table["columns"] == ["step", "prompt", "sample", "video", "color", "brightness", "jpeg"]
+            and len(table["data"]) == 3
+        )
         assert [row[0] for row in table["data"]] == [step] * 3
         for row in table["data"]:
             assert row[3]["_type"] == "video-file"
