@@ -9,8 +9,12 @@ the ratios of ``parallel=2`` to both sequential figures (the acceptance uses the
 process may use and the load average before and after (a busy machine makes every figure slower, not the ratio
 fairer: say so with the figures), then one JSON object.
 
-    .venv/bin/python scripts/bench_sweep.py            # the demo (tiny FLUX twin), 20 steps a point
-    .venv/bin/python scripts/bench_sweep.py --quick    # experiment=smoke, 8 steps a point (~2 minutes on 2 cores)
+    .venv/bin/python scripts/bench_sweep.py              # the demo (tiny FLUX twin), 20 steps a point
+    .venv/bin/python scripts/bench_sweep.py --steps 150  # the demo's own budget (its default sweep; ~11 minutes)
+    .venv/bin/python scripts/bench_sweep.py --quick      # experiment=smoke, 8 steps a point (~2 minutes on 2 cores)
+
+The fixed costs (imports once per sweep; per point: the model build, the evaluations, the checkpoint) weigh more in a
+short point: the ratio falls as ``--steps`` grows (docs/clusters.md#local-sweeps).
 """
 
 from __future__ import annotations
@@ -47,8 +51,10 @@ def run_sweep(extra: list[str], size: list[str], folder: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="experiment=smoke, 8 steps a point")
+    parser.add_argument("--steps", type=int, default=20, help="training steps a demo point (the demo's own: 150)")
     args = parser.parse_args()
-    size = ["experiment=smoke", "trainer.steps=8"] if args.quick else ["trainer.steps=20", "trainer.sample_every=0"]
+    demo = [f"trainer.steps={args.steps}", "trainer.sample_every=0"]
+    size = ["experiment=smoke", "trainer.steps=8"] if args.quick else demo
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     load_before = os.getloadavg()[0]
     seconds = {}
@@ -73,6 +79,7 @@ def main() -> None:
                 "load_before": load_before,
                 "load_after": load_after,
                 "quick": args.quick,
+                "steps": 8 if args.quick else args.steps,
             }
         )
     )

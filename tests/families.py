@@ -5,6 +5,7 @@ What differs between families (pipeline arguments, timestep convention, video or
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -53,10 +54,24 @@ FAMILIES = {name: Family(name) for name in NAMES}
 
 def real_family_overrides(overrides: list[str]) -> list[str]:
     """What makes a real family's config (``model=flux`` or a paper preset) validate on this GPU-less test machine:
-    its tiny twin's folder as ``model.path`` (same layout as the published checkpoint) and ``model.allow_cpu=true``."""
+    its tiny twin's folder as ``model.path`` (same layout as the published checkpoint), ``model.allow_cpu=true``, and
+    its held-out rewards (:func:`held_out_reward_overrides`)."""
     from launcher.cluster.device_check import is_real_family
 
     model = OmegaConf.to_object(compose(overrides).model)
     if not is_real_family(model):
         return []
-    return [f"model.path={FAMILIES[f'tiny_{model.name}'].path()}", "model.allow_cpu=true"]
+    twin = [f"model.path={FAMILIES[f'tiny_{model.name}'].path()}", "model.allow_cpu=true"]
+    return [*twin, *held_out_reward_overrides(overrides)]
+
+
+def held_out_reward_overrides(overrides: list[str]) -> list[str]:
+    """The config's held-out rewards (``eval.rewards``: the full-size models' aesthetic and CLIP diversity, a paper
+    preset's aesthetic) pointed at the reward twins (rewards/tiny_twins.py); none for the download-free ones."""
+    from rewards.tiny_twins import materialize_tiny_rewards, tiny_reward_overrides
+
+    held_out = compose(overrides).eval.rewards or {}
+    if all(r.name in ("brightness", "color", "jpeg") or r.get("embedding") == "pixels" for r in held_out.values()):
+        return []
+    rewards = materialize_tiny_rewards(os.environ.get("REWARDFLOW_CACHE"))  # the session's cache (tests/conftest.py)
+    return [o for n, r in held_out.items() for o in tiny_reward_overrides(rewards, r.name, f"eval.rewards.{n}")]

@@ -15,7 +15,7 @@ from hydra.utils import get_class
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose, group_options, rewardflow_cmd
-from families import real_family_overrides
+from families import held_out_reward_overrides, real_family_overrides
 from launcher.train.trainer import RunInfo, Trainer
 from launcher.validate import validate
 from methods.grpo import GRPO
@@ -42,7 +42,9 @@ def valid_overrides(group: str, option: str, tmp_path, tiny_rewards) -> list[str
     if group == "cluster" and cfg.cluster.get("tasks_per_node") is not None:  # whole prompt groups per rank (slurm: 8)
         ranks = int(OmegaConf.select(cfg, "cluster.tasks_per_node")) * int(cfg.cluster.get("nodes", 1))
         extra.append(f"method.prompts_per_step={ranks * -(-int(cfg.method.prompts_per_step) // ranks)}")
-    return [f"{group}={option}", *extra, *real_family_overrides([f"{group}={option}"])]
+    real = real_family_overrides([f"{group}={option}"])  # a CPU model's preset may score downloaded rewards too
+    held_out = [] if real else held_out_reward_overrides([f"{group}={option}"])
+    return [f"{group}={option}", *extra, *real, *held_out]
 
 
 def evaluation_only(cfg) -> bool:

@@ -1,7 +1,7 @@
-"""Hacking in plain sight by default (issue 28 item 5; docs/evaluation.md#hacking-in-plain-sight): the CPU demo
-(data=demo) evaluates the trained reward, a second built-in reward (brightness) and the per-prompt diversity on
-downsampled pixels (reward.embedding=pixels), all without a download; a demo run logs the three in metrics.jsonl
-and W&B."""
+"""Hacking in plain sight by default (issue 28 item 5; docs/evaluation.md#hacking-in-plain-sight): every run that
+evaluates scores the trained reward, a second reward and the per-prompt diversity. The CPU models: brightness and
+diversity on downsampled pixels (reward.embedding=pixels), without a download, and a demo run logs the three in
+metrics.jsonl and W&B; the full-size models: the LAION aesthetic predictor and CLIP's diversity."""
 
 from __future__ import annotations
 
@@ -17,20 +17,75 @@ from launcher.train.evaluation import extra_rewards
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 
+CPU_MODELS = ["tiny_flux", "tiny_flux_pretrained", "tiny_sd35m", "tiny_qwenimage", "tiny_wan2.1", "toy_gaussian"]
+FULL_SIZE = ["flux", "qwenimage", "sd35m", "wan2.1"]
 
-@pytest.mark.parametrize("model", ["tiny_flux", "tiny_sd35m", "tiny_qwenimage", "tiny_wan2.1", "flux"])
-def test_the_demo_scores_brightness_and_pixel_diversity_by_default(model):
+
+@pytest.mark.parametrize("model", CPU_MODELS)
+def test_the_cpu_models_score_brightness_and_pixel_diversity_by_default(model):
     cfg = compose([f"model={model}"])
     assert cfg.data.name == "demo" and set(cfg.eval.rewards) == {"brightness", "diversity"}
     assert cfg.eval.rewards.diversity.embedding == "pixels" and cfg.eval.samples_per_prompt >= 2
 
 
-@pytest.mark.parametrize("data", ["file", "pickscore", "hpdv2"])
-def test_other_prompt_sources_add_no_default_reward(data):
-    """Their evaluations score the trained reward; a real run adds what it needs (CLIP's diversity, by default:
-    +reward@eval.rewards.diversity=diversity)."""
-    assert not compose([f"data={data}"]).eval.rewards
-    assert compose(["reward=diversity"]).reward.embedding == "clip"  # the option's own default
+@pytest.mark.parametrize("data", ["demo", "file", "hpdv2", "ocr", "pickscore", "geneval"])
+def test_every_prompt_source_scores_a_second_reward_and_diversity(data):
+    """On a CPU model: brightness and pixel diversity; on a full-size one: the LAION aesthetic predictor and CLIP's
+    diversity (conf/eval_rewards/standard.yaml); two samples a prompt or more, so that diversity can be scored."""
+    cpu = compose([f"data={data}"])
+    assert set(cpu.eval.rewards) == {"brightness", "diversity"} and cpu.eval.rewards.diversity.embedding == "pixels"
+    for model in FULL_SIZE:
+        cfg = compose([f"data={data}", f"model={model}"])
+        assert set(cfg.eval.rewards) == {"aesthetic", "diversity"}, (data, model)
+        assert cfg.eval.rewards.aesthetic.name == "aesthetic" and cfg.eval.rewards.diversity.embedding == "clip"
+        assert cfg.eval.rewards.diversity.path == cfg.eval.rewards.aesthetic.path == "openai/clip-vit-large-patch14"
+        assert cfg.eval.samples_per_prompt >= 2
+
+
+def test_presets_that_draw_one_sample_a_prompt_score_no_diversity():
+    """The presets whose reference evaluation draws one sample a prompt (Flash-GRPO's, DiffusionNFT's and AWM's, the
+    HPSv2 benchmark's for jagg_paper) keep it and score the aesthetic set; every other preset on a full-size model gets
+    the standard set."""
+    from conftest import group_options
+
+    for preset in group_options("experiment"):
+        cfg = compose([f"experiment={preset}"])
+        if cfg.eval.samples_per_prompt == 1:
+            assert set(cfg.eval.rewards) == {"aesthetic"}, preset
+        elif cfg.model.name in FULL_SIZE:
+            assert set(cfg.eval.rewards) == {"aesthetic", "diversity"}, preset
+        else:
+            assert set(cfg.eval.rewards) == {"brightness", "diversity"}, preset
+
+
+def test_the_benchmarks_own_protocol_from_the_command_line(empty_hf_cache):
+    """One sample a prompt and no diversity (the named set's reference evaluation), or the download-free set or none
+    on a full-size model."""
+    one = compose(["model=flux", "data=hpdv2", "eval.samples_per_prompt=1", "~reward@eval.rewards.diversity"])
+    assert set(one.eval.rewards) == {"aesthetic"} and one.eval.samples_per_prompt == 1
+    assert set(compose(["model=flux", "eval_rewards@eval.rewards=offline"]).eval.rewards) == {"brightness", "diversity"}
+    assert not compose(["model=flux", "~eval_rewards@eval.rewards"]).eval.rewards
+
+
+def test_a_full_size_run_checks_and_builds_its_held_out_rewards(tiny_rewards, empty_hf_cache):
+    """model=flux on its tiny twin's folder: the default held-out rewards check and build from the reward twins (the
+    real formats); offline without their weights the check names each reward's key and the fix, before anything
+    is built."""
+    from families import real_family_overrides
+
+    base = ["model=flux", "data=file", "eval.split=2"]
+    prompts = empty_hf_cache.parent / "prompts.txt"
+    prompts.write_text("".join(f"a {c} square\n" for c in ("red", "green", "blue", "white", "black")))
+    base.append(f"data.path={prompts}")
+    cfg = compose([*base, *real_family_overrides(base)])
+    validate(cfg)
+    for name in ("aesthetic", "diversity"):
+        components.build(cfg.eval.rewards[name], f"eval.rewards.{name}")
+    missing = compose([*base, *(o for o in real_family_overrides(base) if not o.startswith("eval.rewards."))])
+    with pytest.raises(ConfigError) as e:
+        validate(missing)
+    for key in ("eval.rewards.aesthetic.path", "eval.rewards.aesthetic.head_path", "eval.rewards.diversity.path"):
+        assert f"- {key}=" in str(e.value) and f"set {key}=/path/to/" in str(e.value), str(e.value)
 
 
 def test_the_demo_drops_or_replaces_a_default_reward_from_the_command_line():
@@ -62,7 +117,7 @@ def test_a_default_reward_named_as_the_trained_one_is_that_reward_scored_once():
     "overrides, message",
     [
         (["eval.samples_per_prompt=1"], "score no diversity: ~reward@eval.rewards.<its name>"),
-        (["eval.rewards.diversity.pixel_size=0"], "reward.pixel_size: must be >= 1 (got 0)"),
+        (["eval.rewards.diversity.pixel_size=0"], "eval.rewards.diversity.pixel_size: must be >= 1 (got 0)"),
     ],
 )
 def test_bad_default_diversity_settings_are_config_errors(overrides, message):

@@ -178,7 +178,7 @@ def test_a_demo_run_on_a_named_set_from_the_cache(tmp_path):
             os.symlink(os.path.join(twins, entry), cache / entry)
     proc = subprocess.run(
         [*rewardflow_cmd(), "experiment=smoke", "data=pickscore", "logger=none", "trainer.export=false",
-         "trainer.steps=1", "eval.every=1", "eval.samples_per_prompt=1", f"hydra.run.dir={tmp_path / 'run'}"],
+         "trainer.steps=1", "eval.every=1", f"hydra.run.dir={tmp_path / 'run'}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1", "REWARDFLOW_CACHE": str(cache)},
     )  # fmt: skip

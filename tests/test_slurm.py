@@ -1,12 +1,14 @@
 """The launcher on a real SLURM cluster (scripts/slurm_cluster.sh up), one node per job (either node of the test
 cluster): sweeps of multi-rank FSDP2 jobs, preemption and time-limit requeues that resume bitwise, and a dying rank
-that fails its job promptly. Jobs across nodes: tests/test_slurm_multinode.py."""
+that fails its job promptly; rewardflow-eval as a 2-rank job. Jobs across nodes: tests/test_slurm_multinode.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import pytest
@@ -131,3 +133,30 @@ def test_a_dying_rank_fails_the_job_promptly_and_the_sweep_reports_it(tmp_path):
     assert proc.returncode != 0
     assert "rank 1 crashed on purpose" in proc.stdout + proc.stderr
     assert elapsed < 180, elapsed
+
+
+def test_the_eval_command_runs_as_a_two_rank_slurm_job(tmp_path):
+    """`rewardflow-eval -m cluster=slurm` (issue 28 item 3: it runs on SLURM like a training job): one job of 2
+    ranks scores the demo's base model with the held-out prompts sharded over the ranks, and its eval.json holds, bit
+    for bit, the scores one process computes (tests/test_evaluate_cli.py checks the same with ranks spawned here)."""
+    from launcher.config import compose
+    from launcher.evaluate_cli import RESULTS_FILE
+    from launcher.evaluate_cli import run as evaluate
+    from test_evaluate_cli import SHARDED
+
+    single = evaluate(compose(SHARDED, config_name="evaluate"), tmp_path / "single")
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher.evaluate_cli", "-m", *SLURM, *SHARDED, f"output_root={tmp_path / 'slurm'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = (tmp_path / "slurm").rglob(RESULTS_FILE)
+    assert results.parent.parent.parent.parent.name == "evaluate"  # <output_root>/evaluate/multiruns/<time>/0
+    written = json.loads(results.read_text())
+    assert (single["world_size"], written["world_size"]) == (1, 2)
+    assert [r["metrics"] for r in written["results"]] == [r["metrics"] for r in single["results"]]  # float equality
+    log = (results.parent / "rewardflow.log").read_text()
+    assert "rank 1/2" in log, log[-2000:]

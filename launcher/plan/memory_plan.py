@@ -305,6 +305,11 @@ def companion_lines(run: Run) -> list[Line]:
         Line("VAE", vae, vae),
         Line("reward model", first, later, "fp32 until its first call" if first != later else ""),
     ]
+    held_out = _eval_rewards(run.cfg)  # built with the evaluator before the first step, on the device throughout
+    first, later = (sum(_reward_bytes(r, run.on_gpu, f) for r in held_out) for f in (True, False))
+    if first:
+        names = ", ".join(str(r.get("name")) for r in held_out)
+        lines.append(Line(f"held-out rewards ({names})", first, later, "eval.rewards; fp32 until their first call"))
     if run.model.get("text_encoders", "offload") == "device":
         enc = counts["text_encoders"] * run.cb
         lines.insert(0, Line("text encoders", enc, enc))
@@ -402,10 +407,22 @@ def call_lines(run: Run) -> list[Line]:
     ]
 
 
+def _eval_rewards(cfg: dict) -> list[dict]:
+    """The ``eval.rewards`` a run evaluating (``eval.every`` > 0) builds besides its trained reward (an entry with the
+    trained reward's name is that reward, scored once: launcher/train/evaluation.py ``extra_rewards``)."""
+    e = cfg.get("eval") or {}
+    if not int(e.get("every") or 0):
+        return []
+    trained = str((cfg.get("reward") or {}).get("name"))
+    return [r for n, r in (e.get("rewards") or {}).items() if r is not None and str(n) != trained]
+
+
 def _reward_bytes(reward: dict, on_gpu: bool, first_call: bool = False) -> float:
     """The reward models' weights: fp32 before the first call, then ``reward.dtype`` (auto: bf16 on GPUs)."""
     if "components" in reward:
         return sum(_reward_bytes({"name": n, **(c or {})}, on_gpu, first_call) for n, c in reward["components"].items())
+    if reward.get("embedding") == "pixels":  # reward=diversity_pixels: no weights
+        return 0.0
     dtype = str(reward.get("dtype", "auto"))
     nbytes = 4 if first_call else DTYPE_BYTES[dtype] if dtype != "auto" else (2 if on_gpu else 4)
     return REWARD_PARAMS.get(str(reward.get("name")), 0.0) * nbytes

@@ -44,6 +44,9 @@ TEXT_ENCODER_PARAMS = {
 }  # UMT5-XXL encoder
 VAE_PARAMS = {"flux": 83.8e6, "sd3": 83.8e6, "qwenimage": 126.9e6, "wan": 126.9e6}
 REWARD_PARAMS = {"hps": 986.1e6, "pickscore": 986.1e6, "clip": 427.6e6}  # open_clip ViT-H-14, CLIP-H, CLIP-L
+# the whole CLIP ViT-L/14 (rewards/clip_image.py) plus the LAION head (768-1024-128-64-16-1); diversity's CLIP-L; BLIP's
+# ViT-L/16 (303.3 M) and text encoder with cross-attention (142.0 M) plus ImageReward's head, counted on the meta device
+REWARD_PARAMS |= {"aesthetic": 428.5e6, "diversity": 427.6e6, "imagereward": 446.2e6}
 #: the calibrated VAE of each family (SD3.5's VAE has FLUX.1's architecture)
 VAE_KIND = {"flux": "flux", "sd3": "flux", "qwenimage": "qwenimage", "wan": "wan"}
 QWEN_TEXT_TOKENS = 128  # Qwen-Image keeps prompts unpadded: a long prompt after the chat template

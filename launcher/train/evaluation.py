@@ -176,15 +176,20 @@ class Evaluator:
                 continue
             found = ConfigErrors()
             as_trained = replace(held_out, reward=reward_cfg)
+            # its keys under their own name (eval.rewards.<name>.path=..., fix included), not the trained reward's
+            view = found.under("reward", where) if where.startswith("eval.rewards.") else found
             for hook in (getattr(type(reward_cfg), "check", None), getattr(reward_cls, "check_with_code", None)):
                 if callable(hook):  # its config's rules, then those that need the reward's code or files
-                    hook(as_trained, found)
+                    hook(as_trained, view)
             for message in found.messages:
+                whole = message.startswith((f"{where}: ", "reward: "))  # the reward as a whole: about the prompts
                 errors.require(
-                    False,
+                    not whole,
                     "eval.prompts",
-                    f"the held-out prompts do not suit {where}: {message.removeprefix('reward: ')}",
+                    f"the held-out prompts do not suit {where}: {message.split(': ', 1)[-1]}",
                 )
+                if not whole:  # one of its settings (weights not found, a bad value): said under its own key
+                    errors.messages.append(message)
 
     def __init__(self, cfg: DictConfig, backbone, reward, world: World, logger, run_dir: Path, ema=None):
         e = cfg.eval
