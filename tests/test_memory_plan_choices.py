@@ -72,6 +72,18 @@ def test_the_reward_model_is_fp32_until_its_first_call():
     assert fp32.rollout == fp32.update == pytest.approx(986.1e6 * 4)
 
 
+def test_the_held_out_rewards_are_counted_where_the_run_evaluates():
+    """A full-size model's default eval.rewards (aesthetic + CLIP diversity, two CLIP ViT-L/14) are on the device
+    from the start: fp32 until their first call, bf16 after; none when the run does not evaluate, none for the CPU
+    models' download-free ones, and an added one counts too."""
+    held = lines(plan(cfg_of(FULL)))["held-out rewards (aesthetic, diversity)"]
+    assert held.rollout == pytest.approx((428.5e6 + 427.6e6) * 4) and held.update == pytest.approx(856.1e6 * 2)
+    assert not [n for n in lines(plan(cfg_of([*FULL, "eval.every=0"]))) if n.startswith("held-out")]
+    assert not [n for n in lines(plan(cfg_of([*FULL, "eval_rewards@eval.rewards=offline"]))) if n.startswith("held")]
+    more = lines(plan(cfg_of([*FULL, "+reward@eval.rewards.hps=hps"])))["held-out rewards (aesthetic, diversity, hps)"]
+    assert more.update == pytest.approx((856.1e6 + 986.1e6) * 2)
+
+
 def test_norm_outputs_count_under_bf16_autocast_only():
     bf16 = lines(plan(cfg_of([*FULL, "model.activation_checkpointing=none"])))
     norms = bf16["training call: fp32 norm outputs (autocast)"].update
