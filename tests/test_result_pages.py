@@ -114,7 +114,8 @@ def test_the_comparison_protocol_page_and_blocks_come_from_its_stored_data(rende
 
 
 def test_a_changed_protocol_run_changes_its_page():
-    """The protocol page is recomputed from the stored runs: one seed's held-out score changed, another page."""
+    """The protocol page is recomputed from the stored runs: the final held-out scores changed, another page (every
+    run's: run 0 may be at a learning rate that validation did not pick, whose final score no table shows)."""
     from claim_studies import protocol_report
 
     results = ROOT / "docs" / "results"
@@ -122,5 +123,6 @@ def test_a_changed_protocol_run_changes_its_page():
               if (results / f"{s}.json").exists()]  # fmt: skip
     data = next(d for d in stored if d["runs"])  # the full form's once it ran, the quick form's until then
     before = protocol_report.page(data)
-    data["runs"][0]["points"][-1][3] += 0.25
+    for run in data["runs"]:
+        run["points"][-1][3] += 0.25
     assert protocol_report.page(data) != before
