@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.train.eval_config import held_out_count
 from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import held_out_count
 
 KEY = "evaluate.weights"
 BASE = "base"

@@ -31,10 +31,9 @@ from launcher.strict_keys import check_keys
 from launcher.toy_values import toy_values
 from launcher.tracking.objective import KEY as OBJECTIVE_KEY
 from launcher.tracking.objective import name_problem
-from launcher.train.eval_config import held_out_count, held_out_key
 from launcher.train.trainer_config import LRSchedule
 from rewardflow.errors import ConfigErrors
-from rewardflow.prompts import data_prompts
+from rewardflow.prompts import data_prompts, held_out_count, held_out_key
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The prompt list of a run's ``data`` config (``data.prompts`` inline, or the file at ``data.path``), read the same way
 by the prompt source (:mod:`launcher.train.data`) and by the config checks of components that need the prompts (a reward
-that scores a colour named in each prompt)."""
+that scores a colour named in each prompt); and how many of them a run holds out of training for its evaluation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import logging
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from rewardflow.errors import ConfigError
 
@@ -186,3 +187,21 @@ def prompts_or_none(data) -> list[str] | None:
         return data_prompts(data)
     except ConfigError:
         return None
+
+
+def held_out_count(e: Any) -> int:
+    """How many prompts of ``data`` the run holds out of training for the evaluation (``e``: the ``eval`` config).
+    The precedence (docs/evaluation.md#held-out-prompts): an explicit ``eval.split=N`` (0 = none), whether or not
+    evaluation is on; else, when evaluating (``eval.every`` > 0) with ``eval.prompts`` unset, ``eval.default_split``
+    (data=file's default, conf/eval/file.yaml); else none: an explicit ``eval.prompts`` wins over the default split,
+    and a run that does not evaluate trains on every prompt. Setting both ``eval.prompts`` and ``eval.split=N`` is a
+    config error (``EvalConfig.check``, launcher/train/eval_config.py). Here, not in the launcher, because a
+    checkpoint's run identity counts it too (launcher/checkpoint/run_identity.py)."""
+    if e.split is not None:
+        return int(e.split)
+    return int(e.default_split) if e.prompts is None and e.every > 0 else 0
+
+
+def held_out_key(e: Any) -> str:
+    """The key that set :func:`held_out_count`, for messages: ``eval.split`` or ``eval.default_split``."""
+    return "eval.split" if e.split is not None else "eval.default_split"

@@ -11,11 +11,11 @@ import re
 import pytest
 
 from conftest import compose, group_options
-from launcher.train.eval_config import held_out_count
 from launcher.train.evaluation import held_out_prompts
 from launcher.validate import validate
 from rewardflow.errors import ConfigError
 from rewardflow.prompt_sets import SETS, PromptSet, Split
+from rewardflow.prompts import held_out_count
 
 COLOURS = ("red", "green", "blue", "yellow", "cyan", "magenta", "white", "black")
 #: 40 prompts that each name a colour (reward=color needs one)

@@ -36,8 +36,8 @@ def test_the_preset_composes_and_validates_for_every_method(method):
 )
 def test_validation_prompts_are_training_prompts_never_held_out(held_out):
     from launcher.train.data import split_prompts
-    from launcher.train.eval_config import held_out_count
     from launcher.train.evaluation import held_out_prompts, validation_prompts
+    from rewardflow.prompts import held_out_count
 
     cfg = compose(held_out)
     data = load_prompts(cfg.data.prompts, cfg.data.path, cfg.data.field, cfg.data.encoding)

@@ -28,6 +28,22 @@ def test_identity_leaves_out_exactly_the_keys_that_may_change_on_resume():
     assert {"method.name", "model.finetune", "optimizer.lr", "trainer.seed", "reward.name"} <= set(base)
 
 
+def test_the_prompts_held_out_of_training_are_part_of_the_identity(tmp_path):
+    """eval may change on resume, except how many prompts it holds out of training: another eval.split, or turning
+    data=file's evaluation (and with it its default split) on or off, changes the training prompts."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"a red thing {i}\n" for i in range(40)))
+    file_run = [*RUN, "data=file", f"data.path={prompts}", "eval.every=5"]
+    key = run_identity.HELD_OUT
+    default = run_identity.identity(compose(file_run))
+    assert default[key] == 32  # data=file evaluates by default, holding out eval.default_split
+    assert run_identity.identity(compose([*file_run, "eval.every=7"])) == default  # the cadence is free
+    off, other = (run_identity.identity(compose([*file_run, o])) for o in ("eval.every=0", "eval.split=8"))
+    assert run_identity.differences(default, off) == [f"{key}: 32 (checkpoint) vs 0 (this run)"]
+    assert run_identity.differences(default, other) == [f"{key}: 32 (checkpoint) vs 8 (this run)"]
+    assert run_identity.differences({k: v for k, v in default.items() if k != key}, off) == []  # older checkpoints
+
+
 def test_differences_name_a_changed_group_once_and_each_other_key():
     a = run_identity.identity(compose(RUN))
     b = run_identity.identity(compose([*RUN, "method=flow_grpo_fast", "optimizer.lr=1e-4"]))

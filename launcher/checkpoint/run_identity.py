@@ -26,6 +26,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rewardflow.errors import ConfigError
+from rewardflow.prompts import held_out_count
 
 log = logging.getLogger(__name__)
 
@@ -97,14 +98,23 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: node}
 
 
+#: not a config key: how many of the data's prompts the run holds out of training (``eval.split``, or data=file's
+#: ``eval.default_split`` while evaluating; rewardflow/prompts.py ``held_out_count``), the one part of the
+#: ``eval`` group that changes what a run computes: its training prompts
+HELD_OUT = "prompts held out of training (eval.split, or eval.default_split while evaluating)"
+
+
 def identity(cfg: DictConfig) -> dict[str, Any]:
     """The run-defining keys of ``cfg`` (resolved, dotted) and their values: every key but
-    :data:`MAY_CHANGE_ON_RESUME` and Hydra's own."""
+    :data:`MAY_CHANGE_ON_RESUME` and Hydra's own, plus :data:`HELD_OUT`."""
     data = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     assert isinstance(data, dict)
     data.pop("hydra", None)
     flat = _flatten(json.loads(json.dumps(data, default=str)))  # JSON values, as meta.json stores them
-    return {k: v for k, v in sorted(flat.items()) if not _under(k, MAY_CHANGE_ON_RESUME)}
+    out = {k: v for k, v in sorted(flat.items()) if not _under(k, MAY_CHANGE_ON_RESUME)}
+    if cfg.get("eval") is not None:
+        out[HELD_OUT] = held_out_count(cfg.eval)
+    return out
 
 
 def record(cfg: DictConfig, overrides: list[str] | None) -> dict[str, Any]:

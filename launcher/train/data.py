@@ -2,7 +2,7 @@
 
 Batches are a pure function of (seed, step): epoch e is a permutation seeded by (seed, e), so a resumed run sees
 exactly the prompts it would have seen, with no data-loader state to save. ``eval.split=N`` (or data=file's
-``eval.default_split``: :func:`launcher.train.eval_config.held_out_count`) holds N prompts out of training
+``eval.default_split``: :func:`rewardflow.prompts.held_out_count`) holds N prompts out of training
 (:func:`split_prompts`) for the held-out evaluation.
 """
 

@@ -8,10 +8,9 @@ from typing import Any, Optional
 
 from omegaconf import MISSING
 
-from launcher.train.eval_config import held_out_count
 from rewardflow.errors import ConfigErrors
 from rewardflow.prompt_sets import PromptSet, Split
-from rewardflow.prompts import DEFAULT_ENCODING, data_prompts
+from rewardflow.prompts import DEFAULT_ENCODING, data_prompts, held_out_count
 
 
 @dataclass

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from rewardflow.errors import ConfigErrors
+from rewardflow.prompts import held_out_count
 
 
 @dataclass
@@ -80,20 +81,3 @@ class EvalConfig:
             f"(conf/inference/{cfg.model.name}.yaml). Fix: eval.sampling_steps=N, or eval.every=0",
         ):
             errors.require(e.sampling_steps >= 1, "eval.sampling_steps", f"must be >= 1 (got {e.sampling_steps})")
-
-
-def held_out_count(e: Any) -> int:
-    """How many prompts of ``data`` the run holds out of training for the evaluation (``e``: the ``eval`` config).
-    The precedence (docs/evaluation.md#held-out-prompts): an explicit ``eval.split=N`` (0 = none), whether or not
-    evaluation is on; else, when evaluating (``eval.every`` > 0) with ``eval.prompts`` unset, ``eval.default_split``
-    (data=file's default, conf/eval/file.yaml); else none: an explicit ``eval.prompts`` wins over the default split,
-    and a run that does not evaluate trains on every prompt. Setting both ``eval.prompts`` and ``eval.split=N`` is a
-    config error (:meth:`EvalConfig.check`)."""
-    if e.split is not None:
-        return int(e.split)
-    return int(e.default_split) if e.prompts is None and e.every > 0 else 0
-
-
-def held_out_key(e: Any) -> str:
-    """The key that set :func:`held_out_count`, for messages: ``eval.split`` or ``eval.default_split``."""
-    return "eval.split" if e.split is not None else "eval.default_split"

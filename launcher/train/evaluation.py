@@ -48,12 +48,11 @@ from launcher.tracking.media import EVAL_TABLE_KEY, VIDEO_SUFFIX, MediaFile, fil
 from launcher.tracking.media import caption as media_caption
 from launcher.tracking.plots import save_image_grid
 from launcher.train.data import split_prompts
-from launcher.train.eval_config import held_out_count, held_out_key
 from methods.family_sampler import family_ode_sample, family_sigmas
 from rewardflow.distributed import World, all_gather_objects, broadcast_object
 from rewardflow.errors import ConfigError, ConfigErrors
 from rewardflow.prompt_sets import SETS, PromptSet, Split, named_test_split, set_prompts
-from rewardflow.prompts import data_prompts, load_prompts
+from rewardflow.prompts import data_prompts, held_out_count, held_out_key, load_prompts
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +61,7 @@ log = logging.getLogger(__name__)
 def held_out_prompts(cfg: Any, set_test_split: bool = True) -> list[str]:
     """The evaluation's prompts: ``eval.prompts`` (a .txt / .jsonl file read like ``data.path``, an inline list, or a
     named set's name: its test split), else the ``eval.split`` prompts held out of ``data`` (or data=file's
-    ``eval.default_split``: :func:`launcher.train.eval_config.held_out_count`), else the test split of
+    ``eval.default_split``: :func:`rewardflow.prompts.held_out_count`), else the test split of
     the named set ``data.set`` trains on (``set_test_split=False``: not that one, which is downloaded on first use:
     the config check of a run that evaluates nothing); empty when none is set (docs/data.md#named-prompt-sets, docs/evaluation.md#keys)."""
     e = cfg.eval
@@ -72,8 +71,9 @@ def held_out_prompts(cfg: Any, set_test_split: bool = True) -> list[str]:
         if named_test_split(str(e.prompts)):
             return set_prompts(str(e.prompts), Split.test, key="eval.prompts")
         return load_prompts(None, str(e.prompts), cfg.data.field, cfg.data.encoding, key="eval.prompts")
-    if held_out_count(e) > 0:
-        return split_prompts(data_prompts(cfg.data), held_out_count(e), held_out_key(e))[1]
+    held_out = held_out_count(e)
+    if held_out > 0:
+        return split_prompts(data_prompts(cfg.data), held_out, held_out_key(e))[1]
     if set_test_split and cfg.data.set is not None and Split.test in SETS[PromptSet(cfg.data.set)].splits:
         return set_prompts(cfg.data.set, Split.test, key="data.set")
     return []

@@ -45,7 +45,6 @@ from launcher.tracking.run_logger import RunLogger
 from launcher.tracking.run_names import dashboard_names
 from launcher.tracking.step_log import StepLog, progress_bar_shown
 from launcher.train.ema import ParameterEMA
-from launcher.train.eval_config import held_out_count, held_out_key
 from launcher.train.evaluation import Evaluator, held_out_prompts
 from launcher.train.health import StepHealth, aborted
 from launcher.train.lr_schedule import build_lr_schedule, build_optimizer, rebase
@@ -62,6 +61,7 @@ from rewardflow.distributed import (
 )
 from rewardflow.errors import ConfigError
 from rewardflow.nfe_counter import NFECounter
+from rewardflow.prompts import held_out_count, held_out_key
 
 log = logging.getLogger(__name__)
 
